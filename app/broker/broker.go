@@ -1,0 +1,57 @@
+// Package broker holds what every broker adapter shares: the PubSub contract
+// (Watermill's own Publisher and Subscriber, unwrapped), the small optional
+// capabilities an adapter implements where it can, and the one payload limit.
+//
+// Adapters live in the sub-packages memory, rabbitmq, sqs and postgres. Each has
+// a Config with defaults and Validate, and a New that returns a *PubSub. The
+// composition root (package app) picks one from configuration; handlers and
+// middleware never import an adapter.
+package broker
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// PubSub is a broker connection that can both publish and subscribe. A topic is
+// a queue name: subscribers of one topic compete for its messages on every
+// broker that has queues (RabbitMQ, SQS, Postgres).
+type PubSub interface {
+	message.Publisher
+	message.Subscriber
+}
+
+// Pinger is implemented by adapters that can tell whether their broker is
+// reachable right now. /readyz uses it.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// MaxPayloadBytes is the largest message body eventpipe accepts on any broker:
+// SQS's limit (1 MiB), applied everywhere so that the same code behaves the same
+// on every broker. Larger payloads need a claim check.
+const MaxPayloadBytes = 1 << 20
+
+// PayloadTooLargeError is returned by Publish for a message whose body exceeds
+// MaxPayloadBytes. Nothing of the batch is sent.
+type PayloadTooLargeError struct {
+	MessageUUID string
+	Size        int
+}
+
+func (e *PayloadTooLargeError) Error() string {
+	return fmt.Sprintf("message %s: payload of %d bytes exceeds the %d-byte limit", e.MessageUUID, e.Size, MaxPayloadBytes)
+}
+
+// CheckPayloads returns a *PayloadTooLargeError for the first message over
+// MaxPayloadBytes. Every adapter calls it before sending anything.
+func CheckPayloads(msgs []*message.Message) error {
+	for _, m := range msgs {
+		if len(m.Payload) > MaxPayloadBytes {
+			return &PayloadTooLargeError{MessageUUID: m.UUID, Size: len(m.Payload)}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,363 @@
+// Package brokertest is the conformance suite every eventpipe broker adapter
+// runs: Watermill's own pub/sub suite (pubsub/tests) plus the cases eventpipe's
+// guarantees rest on. Each adapter's test calls Run with its Features and a
+// constructor; a case a broker cannot support is skipped by a Features flag,
+// never by the environment.
+package brokertest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventpipe/eventpipe/app/broker"
+)
+
+// Features tells the suite what a broker can do.
+type Features struct {
+	// Watermill is passed to Watermill's pubsub/tests suite as is.
+	Watermill tests.Features
+
+	// CompetingConsumers is true when subscribers of one topic share its
+	// messages (a queue); false when each subscriber gets every message
+	// (GoChannel's fan-out).
+	CompetingConsumers bool
+
+	// DropConnections, when set, forcibly cuts every connection the adapter
+	// holds to its broker (the broker itself stays up). The suite then checks
+	// that publishing and consuming recover. Nil for connectionless brokers.
+	DropConnections func(t *testing.T)
+
+	// RedeliveryTimeout bounds how long a nacked message may take to come
+	// back; brokers that redeliver after a visibility timeout need longer.
+	// Defaults to 30 s.
+	RedeliveryTimeout time.Duration
+}
+
+// Constructor returns a fresh PubSub for one test. It registers its own
+// cleanup with t.Cleanup; the suite also closes it.
+type Constructor func(t *testing.T) broker.PubSub
+
+// Run runs the whole conformance suite. Every case uses its own topic, so the
+// cases run in parallel.
+func Run(t *testing.T, f Features, newPubSub Constructor) {
+	t.Helper()
+	if f.RedeliveryTimeout == 0 {
+		f.RedeliveryTimeout = 30 * time.Second
+	}
+
+	t.Run("Watermill", func(t *testing.T) {
+		ctor := func(t *testing.T) (message.Publisher, message.Subscriber) {
+			ps := newPubSub(t)
+			return ps, ps
+		}
+		tests.TestPubSub(t, f.Watermill, ctor, nil)
+	})
+
+	cases := []struct {
+		name     string
+		parallel bool
+		fn       func(t *testing.T, f Features, newPubSub Constructor)
+	}{
+		{"MetadataRoundTrip", true, testMetadataRoundTrip},
+		{"LargePayload", true, testLargePayload},
+		{"PayloadOverLimitRejected", true, testPayloadOverLimit},
+		{"NackRedelivers", true, testNackRedelivers},
+		{"ConcurrentSubscribersOneQueue", true, testConcurrentSubscribers},
+		{"PublishAfterConnectionDrop", false, testPublishAfterConnectionDrop},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.parallel {
+				t.Parallel()
+			}
+			c.fn(t, f, newPubSub)
+		})
+	}
+}
+
+// Topic returns a topic name unique to this test, valid on every broker
+// (letters, digits, dashes; under SQS's 80-character limit).
+func Topic(t *testing.T) string {
+	return "ept-" + strings.ToLower(watermill.NewShortUUID())
+}
+
+func initialize(t *testing.T, sub message.Subscriber, topic string) {
+	t.Helper()
+	if si, ok := sub.(message.SubscribeInitializer); ok {
+		require.NoError(t, si.SubscribeInitialize(topic))
+	}
+}
+
+func closeOnCleanup(t *testing.T, ps broker.PubSub) {
+	t.Cleanup(func() { _ = ps.Close() })
+}
+
+// receive reads n messages, acking each, or fails the test after timeout.
+func receive(t *testing.T, msgs <-chan *message.Message, n int, timeout time.Duration) []*message.Message {
+	t.Helper()
+	var got []*message.Message
+	deadline := time.After(timeout)
+	for len(got) < n {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				t.Fatalf("messages channel closed after %d of %d messages", len(got), n)
+			}
+			got = append(got, m)
+			m.Ack()
+		case <-deadline:
+			t.Fatalf("received %d of %d messages within %s", len(got), n, timeout)
+		}
+	}
+	return got
+}
+
+func testMetadataRoundTrip(t *testing.T, _ Features, newPubSub Constructor) {
+	ps := newPubSub(t)
+	closeOnCleanup(t, ps)
+	topic := Topic(t)
+	initialize(t, ps, topic)
+
+	want := message.Metadata{
+		"ascii":          "plain value",
+		"korean":         "메시지 추적 아이디",
+		"emoji-and-sign": "✓ café ≠ cafe 🚀",
+		"x-trace-id":     "4bf92f3577b34da6a3ce929d0e0e4736",
+		"empty":          "",
+		"json-ish":       `{"a":[1,2,"три"]}`,
+		"spaces in name": "value with\ttab",
+	}
+	msg := message.NewMessage(watermill.NewUUID(), []byte(`{"hello":"세계"}`))
+	for k, v := range want {
+		msg.Metadata.Set(k, v)
+	}
+	require.NoError(t, ps.Publish(topic, msg))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	msgs, err := ps.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	got := receive(t, msgs, 1, 30*time.Second)[0]
+
+	assert.Equal(t, msg.UUID, got.UUID)
+	assert.Equal(t, string(msg.Payload), string(got.Payload))
+	for k, v := range want {
+		assert.Equal(t, v, got.Metadata.Get(k), "metadata %q", k)
+	}
+}
+
+func testLargePayload(t *testing.T, _ Features, newPubSub Constructor) {
+	ps := newPubSub(t)
+	closeOnCleanup(t, ps)
+	topic := Topic(t)
+	initialize(t, ps, topic)
+
+	// 256 KiB of printable, non-repeating-ish text: valid in an SQS body and
+	// not trivially compressible.
+	payload := make([]byte, 256<<10)
+	for i := range payload {
+		payload[i] = byte('a' + (i*7+i/26)%26)
+	}
+	msg := message.NewMessage(watermill.NewUUID(), payload)
+	require.NoError(t, ps.Publish(topic, msg))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	msgs, err := ps.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	got := receive(t, msgs, 1, 30*time.Second)[0]
+	assert.Equal(t, len(payload), len(got.Payload))
+	assert.Equal(t, payload, []byte(got.Payload))
+}
+
+func testPayloadOverLimit(t *testing.T, _ Features, newPubSub Constructor) {
+	ps := newPubSub(t)
+	closeOnCleanup(t, ps)
+	topic := Topic(t)
+	initialize(t, ps, topic)
+
+	big := message.NewMessage(watermill.NewUUID(), make([]byte, broker.MaxPayloadBytes+1))
+	err := ps.Publish(topic, big)
+	var tooLarge *broker.PayloadTooLargeError
+	require.ErrorAs(t, err, &tooLarge)
+	assert.Equal(t, big.UUID, tooLarge.MessageUUID)
+}
+
+func testNackRedelivers(t *testing.T, f Features, newPubSub Constructor) {
+	ps := newPubSub(t)
+	closeOnCleanup(t, ps)
+	topic := Topic(t)
+	initialize(t, ps, topic)
+
+	msg := message.NewMessage(watermill.NewUUID(), []byte("nack me"))
+	require.NoError(t, ps.Publish(topic, msg))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	msgs, err := ps.Subscribe(ctx, topic)
+	require.NoError(t, err)
+
+	deliveries := 0
+	deadline := time.After(f.RedeliveryTimeout + 30*time.Second)
+	for deliveries < 3 {
+		select {
+		case m := <-msgs:
+			require.NotNil(t, m, "messages channel closed")
+			require.Equal(t, msg.UUID, m.UUID)
+			deliveries++
+			if deliveries < 3 {
+				m.Nack()
+			} else {
+				m.Ack()
+			}
+		case <-deadline:
+			t.Fatalf("message delivered %d times, want 3 (two nacks then an ack)", deliveries)
+		}
+	}
+
+	// Acked: it must not come back.
+	select {
+	case m := <-msgs:
+		if m != nil {
+			t.Fatalf("message %s delivered again after ack", m.UUID)
+		}
+	case <-time.After(time.Second):
+	}
+}
+
+func testConcurrentSubscribers(t *testing.T, f Features, newPubSub Constructor) {
+	const subscribers = 4
+	const total = 200
+
+	pub := newPubSub(t)
+	closeOnCleanup(t, pub)
+	topic := Topic(t)
+	initialize(t, pub, topic)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	var (
+		mu      sync.Mutex
+		seen    = map[string]int{}
+		perSub  = make([]int, subscribers)
+		allDone = make(chan struct{})
+		once    sync.Once
+	)
+	want := total
+	if !f.CompetingConsumers {
+		want = total * subscribers
+	}
+	delivered := 0
+	for i := 0; i < subscribers; i++ {
+		var sub message.Subscriber = pub
+		if !f.Watermill.RequireSingleInstance {
+			ps := newPubSub(t)
+			closeOnCleanup(t, ps)
+			sub = ps
+		}
+		msgs, err := sub.Subscribe(ctx, topic)
+		require.NoError(t, err)
+		go func(i int) {
+			for m := range msgs {
+				mu.Lock()
+				seen[m.UUID]++
+				perSub[i]++
+				delivered++
+				if delivered >= want {
+					once.Do(func() { close(allDone) })
+				}
+				mu.Unlock()
+				m.Ack()
+			}
+		}(i)
+	}
+
+	var published []string
+	for i := 0; i < total; i++ {
+		m := message.NewMessage(watermill.NewUUID(), fmt.Appendf(nil, "%d", i))
+		published = append(published, m.UUID)
+		require.NoError(t, pub.Publish(topic, m))
+	}
+
+	select {
+	case <-allDone:
+	case <-time.After(60 * time.Second):
+	}
+	// Give a duplicate a moment to show itself.
+	time.Sleep(200 * time.Millisecond)
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range published {
+		if f.CompetingConsumers {
+			assert.GreaterOrEqual(t, seen[id], 1, "message %s never delivered", id)
+		} else {
+			assert.Equal(t, subscribers, seen[id], "message %s delivered to %d of %d subscribers", id, seen[id], subscribers)
+		}
+	}
+	if f.CompetingConsumers {
+		busy := 0
+		for _, n := range perSub {
+			if n > 0 {
+				busy++
+			}
+		}
+		assert.Greater(t, busy, 1, "one subscriber took every message: %v", perSub)
+	}
+}
+
+func testPublishAfterConnectionDrop(t *testing.T, f Features, newPubSub Constructor) {
+	if f.DropConnections == nil {
+		t.Skip("broker is connectionless: there is no connection to drop")
+	}
+	ps := newPubSub(t)
+	closeOnCleanup(t, ps)
+	topic := Topic(t)
+	initialize(t, ps, topic)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	msgs, err := ps.Subscribe(ctx, topic)
+	require.NoError(t, err)
+
+	before := message.NewMessage(watermill.NewUUID(), []byte("before"))
+	require.NoError(t, ps.Publish(topic, before))
+	assert.Equal(t, before.UUID, receive(t, msgs, 1, 30*time.Second)[0].UUID)
+
+	f.DropConnections(t)
+
+	after := message.NewMessage(watermill.NewUUID(), []byte("after"))
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := ps.Publish(topic, after)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("publish never recovered after the connection dropped: %v", err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+
+	// The subscriber must also be back: the message published after the drop
+	// arrives on the same subscription.
+	for {
+		got := receive(t, msgs, 1, 60*time.Second)[0]
+		if got.UUID == after.UUID {
+			return
+		}
+		// "before" may be redelivered if its ack was lost with the connection.
+		require.Equal(t, before.UUID, got.UUID)
+	}
+}

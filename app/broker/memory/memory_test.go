@@ -1,0 +1,64 @@
+package memory_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/broker/brokertest"
+	"github.com/eventpipe/eventpipe/app/broker/memory"
+)
+
+// The suite publishes before it subscribes, which only a persistent GoChannel
+// survives; Watermill runs its own GoChannel suite the same way.
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	brokertest.Run(t, brokertest.Features{
+		Watermill: tests.Features{
+			ExactlyOnceDelivery:   true,
+			RequireSingleInstance: true,
+		},
+		CompetingConsumers: false,
+	}, func(t *testing.T) broker.PubSub {
+		ps, err := memory.New(memory.Config{Persistent: true, OutputBuffer: 10000}, nil)
+		require.NoError(t, err)
+		return ps
+	})
+}
+
+// The default (not persistent) delivers to whoever subscribed before publish.
+func TestDefaultDeliversToExistingSubscribers(t *testing.T) {
+	t.Parallel()
+	ps, err := memory.New(memory.Config{}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ps.Close() })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	msgs, err := ps.Subscribe(ctx, "demo")
+	require.NoError(t, err)
+
+	sent := message.NewMessage(watermill.NewUUID(), []byte("hi"))
+	require.NoError(t, ps.Publish("demo", sent))
+	select {
+	case got := <-msgs:
+		assert.Equal(t, sent.UUID, got.UUID)
+		got.Ack()
+	case <-time.After(5 * time.Second):
+		t.Fatal("message not delivered")
+	}
+	require.NoError(t, ps.Ping(ctx))
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	_, err := memory.New(memory.Config{OutputBuffer: -1}, nil)
+	require.Error(t, err)
+}
