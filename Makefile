@@ -1,0 +1,56 @@
+# eventpipe — see README.md. The two commands a newcomer needs: `make run`, `make test`.
+
+GO        ?= go
+BIN       := bin/eventpipe
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X github.com/eventpipe/eventpipe/app/cli.Version=$(VERSION)
+TOOLS     := $(CURDIR)/.cache/bin
+GOLANGCI  := $(TOOLS)/golangci-lint
+GOLANGCI_VERSION := v2.15.0
+# go test timeout for the whole suite; CI allows 90 minutes for everything.
+TEST_TIMEOUT ?= 30m
+COMPOSE   := docker compose -f compose/docker-compose.yml
+
+.PHONY: all build run test test-short services services-stop lint fmt up down clean help
+
+all: build
+
+help: ## list targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+build: ## build bin/eventpipe
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./app/cmd/eventpipe
+
+run: build ## run the demo on the embedded memory broker (no services needed); Ctrl-C to stop
+	EVENTPIPE_CONFIG= EVENTPIPE_BROKER=memory EVENTPIPE_DEMO_ENABLED=true ./$(BIN) serve
+
+services: ## make sure PostgreSQL, RabbitMQ and the SQS emulator are up (CI=true: only check PG/RabbitMQ)
+	.ci/services
+
+services-stop: ## stop the SQS emulator started by `make services`
+	.ci/sqs-emulator stop
+
+test: services ## run the whole test suite against the real services
+	$(GO) test -race -timeout $(TEST_TIMEOUT) ./...
+
+test-short: ## unit tests only, no services
+	$(GO) test -short ./...
+
+$(GOLANGCI):
+	GOBIN=$(TOOLS) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
+
+lint: $(GOLANGCI) ## go vet + golangci-lint v2
+	$(GO) vet ./...
+	$(GOLANGCI) run ./...
+
+fmt: ## gofmt the tree
+	gofmt -w $$(git ls-files '*.go')
+
+up: ## start RabbitMQ, PostgreSQL and the SQS emulator with docker compose (needs a Docker engine)
+	$(COMPOSE) up -d --wait
+
+down: ## stop the docker compose services
+	$(COMPOSE) down
+
+clean:
+	rm -rf bin

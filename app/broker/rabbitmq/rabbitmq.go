@@ -1,0 +1,579 @@
+// Package rabbitmq is the RabbitMQ broker. By default a topic is a durable
+// queue, published to through the default exchange with the queue name as
+// routing key, so the subscribers of one topic compete for its messages.
+// Publishes are persistent and wait for the broker's publisher confirms.
+//
+// It speaks AMQP through amqp091-go and keeps watermill-amqp's wire format
+// (its DefaultMarshaler, wrapped by Marshaler), but not watermill-amqp's
+// publisher, subscriber and connection wrapper, which eventpipe's tests found
+// unfit on reconnects:
+//
+//   - the connection wrapper swaps its "connected" channel without a lock, a
+//     data race on every reconnect (watermill issue #693);
+//   - a pooled publish channel that fails to reopen is never returned to the
+//     pool; after ChannelPoolSize such failures every Publish blocks forever;
+//   - a publish waits for its confirm with no context or timeout, so a broker
+//     that blocks the connection (a memory alarm) hangs the caller;
+//   - confirms are awaited one message at a time.
+//
+// This package also pools publish channels, pipelines the confirms of a batch,
+// prefetches a real batch instead of 1, reads every AMQP header type (see
+// Marshaler), and waits for a broker that is down at start.
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/cenkalti/backoff/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/eventpipe/eventpipe/app/broker"
+)
+
+// QueueType is the RabbitMQ type of the queues DurableQueues declares.
+type QueueType string
+
+// Queue types RabbitMQ offers for durable queues.
+const (
+	// QueueClassic is RabbitMQ's original queue type.
+	QueueClassic QueueType = "classic"
+	// QueueQuorum is the replicated queue type; it counts deliveries in
+	// x-delivery-count, which a delivery limit can act on.
+	QueueQuorum QueueType = "quorum"
+)
+
+// ErrNotConfirmed is returned by Publish when the broker refuses a message
+// (a publisher-confirm nack): a full queue with overflow reject-publish, or an
+// internal error. The message was not stored.
+var ErrNotConfirmed = errors.New("rabbitmq: broker did not confirm the message")
+
+// Config configures the RabbitMQ broker.
+type Config struct {
+	// URL is the AMQP URI, amqp[s]://user:password@host:port/vhost. Required.
+	URL string
+
+	// Prefetch is how many unacknowledged messages RabbitMQ pushes to each
+	// subscription ahead of its acks. Default 100.
+	Prefetch int
+
+	// ChannelPoolSize is the number of AMQP channels publishes share, and so
+	// the number of Publish calls in flight at once; more wait for a free
+	// channel. Default 16.
+	ChannelPoolSize int
+
+	// DisableConfirms turns publisher confirms off: Publish then returns once
+	// the message is written to the socket, and a message the broker drops
+	// (a full queue, a crash) is lost without an error. Confirms are on by
+	// default; only benchmarks should turn them off.
+	DisableConfirms bool
+
+	// PublishTimeout bounds one Publish call: waiting for a free channel,
+	// sending, and awaiting the confirms. The messages' own contexts can
+	// shorten it. Default 30 s.
+	PublishTimeout time.Duration
+
+	// QueueType is the type of the queues declared for topics when Topology
+	// is nil: QueueClassic (the default) or QueueQuorum. Leave it empty when
+	// Topology is set.
+	QueueType QueueType
+
+	// Topology maps topics to exchanges and queues and declares them. Nil
+	// means DurableQueues{Type: QueueType}.
+	Topology Topology
+
+	// ReconnectInitialInterval is the first pause before connecting again,
+	// at start or after the connection drops; the pause grows by half each
+	// time. Default 500 ms.
+	ReconnectInitialInterval time.Duration
+
+	// ReconnectMaxInterval caps the pause between connection attempts.
+	// Default 30 s.
+	ReconnectMaxInterval time.Duration
+
+	// ConnectionName labels the connections in RabbitMQ's management UI and
+	// rabbitmqctl, suffixed with "publish" and "consume". Default "eventpipe".
+	ConnectionName string
+}
+
+func (c *Config) setDefaults() {
+	if c.Prefetch == 0 {
+		c.Prefetch = 100
+	}
+	if c.ChannelPoolSize == 0 {
+		c.ChannelPoolSize = 16
+	}
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = 30 * time.Second
+	}
+	if c.QueueType == "" && c.Topology == nil {
+		c.QueueType = QueueClassic
+	}
+	if c.ReconnectInitialInterval == 0 {
+		c.ReconnectInitialInterval = 500 * time.Millisecond
+	}
+	if c.ReconnectMaxInterval == 0 {
+		c.ReconnectMaxInterval = 30 * time.Second
+	}
+	if c.ConnectionName == "" {
+		c.ConnectionName = "eventpipe"
+	}
+}
+
+// Validate reports every problem with the configuration.
+func (c Config) Validate() error {
+	var errs []error
+	if c.URL == "" {
+		errs = append(errs, errors.New("rabbitmq: url is required"))
+	} else if _, err := amqp.ParseURI(c.URL); err != nil {
+		errs = append(errs, fmt.Errorf("rabbitmq: url: %w", err))
+	}
+	if c.Prefetch < 0 {
+		errs = append(errs, fmt.Errorf("rabbitmq: prefetch %d must not be negative", c.Prefetch))
+	}
+	if c.Prefetch > 65535 {
+		// The AMQP field is 16 bits wide.
+		errs = append(errs, fmt.Errorf("rabbitmq: prefetch %d exceeds 65535", c.Prefetch))
+	}
+	if c.ChannelPoolSize < 0 {
+		errs = append(errs, fmt.Errorf("rabbitmq: channel pool size %d must not be negative", c.ChannelPoolSize))
+	}
+	if c.PublishTimeout < 0 {
+		errs = append(errs, fmt.Errorf("rabbitmq: publish timeout %s must not be negative", c.PublishTimeout))
+	}
+	switch {
+	case c.Topology != nil && c.QueueType != "":
+		errs = append(errs, errors.New("rabbitmq: queue type applies to auto-declared queues only; with a topology, declare the type there"))
+	case c.Topology == nil && c.QueueType != QueueClassic && c.QueueType != QueueQuorum:
+		errs = append(errs, fmt.Errorf("rabbitmq: queue type %q: want %q or %q", c.QueueType, QueueClassic, QueueQuorum))
+	}
+	if c.ReconnectInitialInterval < 0 || c.ReconnectMaxInterval < 0 {
+		errs = append(errs, errors.New("rabbitmq: reconnect intervals must not be negative"))
+	}
+	if c.ReconnectMaxInterval < c.ReconnectInitialInterval {
+		errs = append(errs, fmt.Errorf("rabbitmq: reconnect max interval %s is below the initial interval %s", c.ReconnectMaxInterval, c.ReconnectInitialInterval))
+	}
+	return errors.Join(errs...)
+}
+
+// PubSub is the RabbitMQ broker. It implements broker.PubSub, broker.Pinger
+// and message.SubscribeInitializer.
+//
+// It holds two connections, one to publish and one to consume, as RabbitMQ
+// advises: under flow control or a memory alarm the broker stops reading from
+// connections that publish, and a consumer sharing such a connection could no
+// longer ack — the queues whose draining would end the alarm would stop
+// draining. Every subscription has its own channel on the consume connection;
+// publishes share a pool of channels on the publish connection.
+type PubSub struct {
+	cfg       Config
+	topology  Topology
+	marshaler Marshaler
+	logger    watermill.LoggerAdapter
+
+	pubConn *connection
+	subConn *connection
+	// pool holds ChannelPoolSize publish channels, opened on first use and
+	// reopened when found closed; a slot always goes back, even empty.
+	pool chan *amqp.Channel
+
+	// declared holds the topics whose topology is in place, so that Publish
+	// declares once and never loses a message as unroutable because nobody
+	// has subscribed yet.
+	declared sync.Map
+
+	// mu guards closed; publishes hold it shared so that Close waits for
+	// them. closeCtx ends when Close starts, to stop every wait.
+	mu            sync.RWMutex
+	closed        bool
+	closeCtx      context.Context
+	closeCancel   context.CancelFunc
+	subscriptions sync.WaitGroup
+	closeOnce     sync.Once
+	closeErr      error
+}
+
+var (
+	_ broker.PubSub                = (*PubSub)(nil)
+	_ broker.Pinger                = (*PubSub)(nil)
+	_ message.SubscribeInitializer = (*PubSub)(nil)
+)
+
+// New connects to RabbitMQ and returns a ready broker. While RabbitMQ is
+// unreachable it logs each failed attempt and tries again with backoff until
+// it connects or ctx ends, so a service started before its broker starts a
+// little later, cleanly; New never blocks past ctx. Once connected, it
+// reconnects by itself, and subscriptions resume on the new connection.
+func New(ctx context.Context, cfg Config, logger watermill.LoggerAdapter) (*PubSub, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	p := &PubSub{
+		cfg:      cfg,
+		topology: cfg.Topology,
+		logger:   logger,
+		pool:     make(chan *amqp.Channel, cfg.ChannelPoolSize),
+	}
+	p.closeCtx, p.closeCancel = context.WithCancel(context.Background())
+	if p.topology == nil {
+		p.topology = DurableQueues{Type: cfg.QueueType}
+	}
+	for range cfg.ChannelPoolSize {
+		p.pool <- nil
+	}
+
+	var err error
+	if p.pubConn, err = openConnection(ctx, "publish", cfg, logger); err != nil {
+		p.closeCancel()
+		return nil, err
+	}
+	if p.subConn, err = openConnection(ctx, "consume", cfg, logger); err != nil {
+		p.closeCancel()
+		_ = p.pubConn.close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// Publish checks the payload limit, declares the topic's topology on first
+// use, and publishes the messages in order on one channel. With confirms on,
+// it sends them all, then waits until the broker has confirmed each one; it
+// returns an error wrapping ErrNotConfirmed if the broker refused one, and
+// ErrNotConnected while reconnecting. After an error some of the messages
+// may have been stored: publish again, consumers deduplicate.
+func (p *PubSub) Publish(topic string, msgs ...*message.Message) error {
+	if err := broker.CheckPayloads(msgs); err != nil {
+		return err
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return fmt.Errorf("publish %s: %w", topic, ErrClosed)
+	}
+	if err := p.publish(topic, msgs); err != nil {
+		return fmt.Errorf("publish %s: %w", topic, err)
+	}
+	return nil
+}
+
+func (p *PubSub) publish(topic string, msgs []*message.Message) error {
+	deadline := time.Now().Add(p.cfg.PublishTimeout)
+	ctx, cancel := context.WithDeadline(msgs[0].Context(), deadline)
+	defer cancel()
+
+	ch, err := p.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { p.pool <- ch }()
+
+	if _, ok := p.declared.Load(topic); !ok {
+		if err := p.topology.Declare(ch, topic); err != nil {
+			return err
+		}
+		p.declared.Store(topic, struct{}{})
+	}
+
+	exchange, key := p.topology.Route(topic)
+	confirms := make([]*amqp.DeferredConfirmation, len(msgs))
+	for i, msg := range msgs {
+		pub, err := p.marshaler.Marshal(msg)
+		if err != nil {
+			return fmt.Errorf("message %s: %w", msg.UUID, err)
+		}
+		mctx, mcancel := context.WithDeadline(msg.Context(), deadline)
+		confirms[i], err = ch.PublishWithDeferredConfirmWithContext(mctx, exchange, key, false, false, pub)
+		mcancel()
+		if err != nil {
+			return fmt.Errorf("message %s: %w", msg.UUID, err)
+		}
+	}
+	if p.cfg.DisableConfirms {
+		return nil
+	}
+	for i, msg := range msgs {
+		mctx, mcancel := context.WithDeadline(msg.Context(), deadline)
+		acked, err := confirms[i].WaitContext(mctx)
+		mcancel()
+		switch {
+		case err != nil:
+			return fmt.Errorf("message %s: waiting for the publisher confirm: %w", msg.UUID, err)
+		case !acked && ch.IsClosed():
+			// amqp091 nacks what was pending when the channel closed.
+			return fmt.Errorf("message %s: channel closed before the broker confirmed: %w", msg.UUID, ErrNotConnected)
+		case !acked:
+			return fmt.Errorf("message %s: %w", msg.UUID, ErrNotConfirmed)
+		}
+	}
+	return nil
+}
+
+// acquire takes a channel from the pool, opening it if it is new or was
+// closed (by a broker error or a lost connection). On error the slot goes
+// back to the pool empty, so the pool never shrinks.
+func (p *PubSub) acquire(ctx context.Context) (*amqp.Channel, error) {
+	var ch *amqp.Channel
+	select {
+	case ch = <-p.pool:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for a free publish channel: %w", ctx.Err())
+	}
+	if ch != nil && !ch.IsClosed() {
+		return ch, nil
+	}
+	ch, err := p.pubConn.channel()
+	if err == nil && !p.cfg.DisableConfirms {
+		if err = ch.Confirm(false); err != nil {
+			_ = ch.Close()
+			err = fmt.Errorf("enable publisher confirms: %w", err)
+		}
+	}
+	if err != nil {
+		p.pool <- nil
+		return nil, err
+	}
+	return ch, nil
+}
+
+// SubscribeInitialize declares the topic's topology, so that messages
+// published before anyone subscribes wait in its queue.
+func (p *PubSub) SubscribeInitialize(topic string) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return fmt.Errorf("declare %s: %w", topic, ErrClosed)
+	}
+	if err := p.declare(topic); err != nil {
+		return fmt.Errorf("declare %s: %w", topic, err)
+	}
+	return nil
+}
+
+// declare declares topic's topology on a channel of its own, on the consume
+// connection, and closes the channel.
+func (p *PubSub) declare(topic string) error {
+	ch, err := p.subConn.channel()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ch.Close() }()
+	if err := p.topology.Declare(ch, topic); err != nil {
+		return err
+	}
+	p.declared.Store(topic, struct{}{})
+	return nil
+}
+
+// Subscribe declares the topic's topology and consumes from its queue until
+// ctx ends or the broker is closed; then the channel closes. A lost
+// connection does not end the subscription: it resumes once the broker is
+// back, and the messages it had not acked are delivered again.
+//
+// Each message must be acked or nacked before the next is delivered; a nack
+// puts the message back in the queue. Subscribe itself fails, with an error
+// wrapping ErrNotConnected, if the broker is reconnecting at that moment.
+func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return nil, fmt.Errorf("subscribe %s: %w", topic, ErrClosed)
+	}
+	if err := p.declare(topic); err != nil {
+		return nil, fmt.Errorf("subscribe %s: %w", topic, err)
+	}
+	out := make(chan *message.Message)
+	p.subscriptions.Add(1)
+	go p.consume(ctx, topic, out)
+	return out, nil
+}
+
+// consume runs one subscription, restarting it after every lost channel.
+func (p *PubSub) consume(ctx context.Context, topic string, out chan<- *message.Message) {
+	defer p.subscriptions.Done()
+	defer close(out)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(p.closeCtx, cancel)()
+	fields := watermill.LogFields{"topic": topic, "amqp_queue": p.topology.Queue(topic)}
+	b := &backoff.ExponentialBackOff{
+		InitialInterval:     p.cfg.ReconnectInitialInterval,
+		RandomizationFactor: 0.5,
+		Multiplier:          1.5,
+		MaxInterval:         p.cfg.ReconnectMaxInterval,
+	}
+	b.Reset()
+	for first := true; ; first = false {
+		if !first {
+			if err := p.subConn.waitUp(ctx); err != nil {
+				return
+			}
+			wait := b.NextBackOff()
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		started, err := p.consumeOnce(ctx, topic, out)
+		if ctx.Err() != nil {
+			return
+		}
+		if started {
+			b.Reset()
+		}
+		p.logger.Error("Subscription interrupted, resubscribing", err, fields)
+	}
+}
+
+// consumeOnce consumes on one channel until it closes, ctx ends or the broker
+// closes. started reports whether the consumer was registered.
+func (p *PubSub) consumeOnce(ctx context.Context, topic string, out chan<- *message.Message) (started bool, err error) {
+	ch, err := p.subConn.channel()
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = ch.Close() }()
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+
+	if err := ch.Qos(p.cfg.Prefetch, 0, false); err != nil {
+		return false, fmt.Errorf("set prefetch: %w", err)
+	}
+	// Again, in case the broker lost the queue (a non-durable broker reset,
+	// an operator's delete) while the connection was down.
+	if err := p.topology.Declare(ch, topic); err != nil {
+		return false, err
+	}
+	deliveries, err := ch.Consume(p.topology.Queue(topic), "", false, false, false, false, nil)
+	if err != nil {
+		return false, fmt.Errorf("consume: %w", err)
+	}
+	for {
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				return true, channelError(closed)
+			}
+			if err := p.deliver(ctx, d, out, closed); err != nil {
+				return true, err
+			}
+		case amqpErr := <-closed:
+			return true, closeError(amqpErr)
+		case <-ctx.Done():
+			return true, ctx.Err()
+		}
+	}
+}
+
+// deliver hands one delivery to the subscriber and settles it as the
+// subscriber says. It returns an error when the subscription must stop.
+func (p *PubSub) deliver(ctx context.Context, d amqp.Delivery, out chan<- *message.Message, closed <-chan *amqp.Error) error {
+	msg, err := p.marshaler.Unmarshal(d)
+	if err != nil {
+		// Unreachable with Marshaler; requeueing would loop, so refuse.
+		_ = d.Nack(false, false)
+		return nil
+	}
+	if d.Redelivered {
+		msg.Metadata.Set(wamqp.MetadataRedeliveredKey, "true")
+	}
+	msgCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	msg.SetContext(msgCtx)
+
+	select {
+	case out <- msg:
+	case <-ctx.Done():
+		_ = d.Nack(false, true)
+		return ctx.Err()
+	case amqpErr := <-closed:
+		return closeError(amqpErr)
+	}
+
+	// Not ctx: a handler finishing while its subscription is cancelled must
+	// still be able to ack what it has done. Only Close cuts it short.
+	select {
+	case <-msg.Acked():
+		if err := d.Ack(false); err != nil {
+			return fmt.Errorf("ack %s: %w", msg.UUID, err)
+		}
+	case <-msg.Nacked():
+		if err := d.Nack(false, true); err != nil {
+			return fmt.Errorf("nack %s: %w", msg.UUID, err)
+		}
+	case <-p.closeCtx.Done():
+		_ = d.Nack(false, true)
+		return ErrClosed
+	case amqpErr := <-closed:
+		// The broker requeues the delivery itself.
+		return closeError(amqpErr)
+	}
+	return nil
+}
+
+func channelError(closed <-chan *amqp.Error) error {
+	select {
+	case amqpErr := <-closed:
+		return closeError(amqpErr)
+	default:
+		return errors.New("delivery channel closed")
+	}
+}
+
+func closeError(amqpErr *amqp.Error) error {
+	if amqpErr == nil {
+		return ErrNotConnected
+	}
+	return amqpErr
+}
+
+// Ping reports whether both connections are up: while either reconnects it
+// returns an error wrapping ErrNotConnected, and after Close one wrapping
+// ErrClosed.
+func (p *PubSub) Ping(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var errs []error
+	for _, c := range []*connection{p.pubConn, p.subConn} {
+		if _, err := c.get(); err != nil {
+			errs = append(errs, fmt.Errorf("%s connection: %w", c.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close ends every subscription (their channels close; deliveries not yet
+// acked go back to the queue), waits for publishes in flight, and closes both
+// connections. It is safe to call more than once.
+func (p *PubSub) Close() error {
+	p.closeOnce.Do(func() {
+		p.closeCancel()
+		p.mu.Lock()
+		p.closed = true
+		p.mu.Unlock()
+
+		p.subscriptions.Wait()
+		for range p.cfg.ChannelPoolSize {
+			if ch := <-p.pool; ch != nil {
+				_ = ch.Close()
+			}
+		}
+		p.closeErr = errors.Join(p.subConn.close(), p.pubConn.close())
+	})
+	return p.closeErr
+}

@@ -1,0 +1,426 @@
+package sqs
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/cenkalti/backoff/v5"
+)
+
+// Subscribe returns the messages of topic's queue. Config.Workers receivers
+// long-poll the queue; every received message is handed out on its own, so a
+// consumer that handles messages concurrently (the Watermill router does) gets
+// a whole batch at once, and at most BatchSize×Workers are in flight.
+//
+// Ack deletes the message, Nack makes it visible again after
+// Config.NackVisibility. A message that cannot be unmarshaled is logged and
+// left alone: it comes back after the queue's visibility timeout and the
+// redrive policy dead-letters it. Receive errors are logged and retried with
+// back-off. The subscription ends, and the channel closes, when ctx ends or
+// the PubSub is closed; see Close for what happens to messages in flight.
+func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrClosed
+	}
+	p.subs.Add(1)
+	p.mu.Unlock()
+
+	resolveCtx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	queueURL, err := p.queueURL(resolveCtx, topic, p.cfg.CreateQueues)
+	cancel()
+	if err != nil {
+		p.subs.Done()
+		return nil, fmt.Errorf("subscribe %s: %w", topic, err)
+	}
+
+	s := &subscription{
+		p:        p,
+		topic:    topic,
+		queueURL: queueURL,
+		out:      make(chan *message.Message),
+		// Message contexts carry Subscribe's values but not its
+		// cancellation: a subscription that ends still gives the messages it
+		// handed out DrainTimeout to finish.
+		msgParent: context.WithoutCancel(ctx),
+		slots:     make(chan struct{}, p.cfg.BatchSize*p.cfg.Workers),
+		settle:    make(chan settleRequest),
+		drained:   make(chan struct{}),
+	}
+	s.stop, s.stopNow = context.WithCancel(ctx)
+	for range cap(s.slots) {
+		s.slots <- struct{}{}
+	}
+	s.start()
+	return s.out, nil
+}
+
+type subscription struct {
+	p        *PubSub
+	topic    string
+	queueURL string
+	out      chan *message.Message
+
+	// stop ends intake: no new receive starts, nothing more is handed out.
+	stop      context.Context
+	stopNow   context.CancelFunc
+	msgParent context.Context
+	// slots holds one token per message that may be in flight.
+	slots chan struct{}
+	// settle carries acks, nacks and releases to the settlers, which batch
+	// what arrives together.
+	settle chan settleRequest
+	// drained closes DrainTimeout after stop: messages handed out and still
+	// unsettled are then left to their visibility timeout.
+	drained chan struct{}
+
+	workers    sync.WaitGroup
+	deliveries sync.WaitGroup
+	settlers   sync.WaitGroup
+}
+
+type settleRequest struct {
+	receiptHandle string
+	messageID     string
+	delete        bool
+	visibility    int32 // seconds, when not delete
+}
+
+func (s *subscription) start() {
+	go func() {
+		select {
+		case <-s.p.closing:
+			s.stopNow()
+		case <-s.stop.Done():
+		}
+	}()
+
+	s.settlers.Add(s.p.cfg.Workers)
+	for range s.p.cfg.Workers {
+		go s.settleLoop()
+	}
+	s.workers.Add(s.p.cfg.Workers)
+	for range s.p.cfg.Workers {
+		go s.receiveLoop()
+	}
+	go s.shutdown()
+}
+
+// shutdown waits for the end of intake, then for every message to be settled
+// (or DrainTimeout), then flushes the settlers and closes the channel.
+func (s *subscription) shutdown() {
+	<-s.stop.Done()
+	drainTimer := time.AfterFunc(s.p.cfg.DrainTimeout, func() { close(s.drained) })
+	s.workers.Wait()
+	s.deliveries.Wait()
+	drainTimer.Stop()
+	close(s.settle)
+	s.settlers.Wait()
+	close(s.out)
+	s.p.subs.Done()
+}
+
+func (s *subscription) fields(extra watermill.LogFields) watermill.LogFields {
+	return watermill.LogFields{"queue": s.topic}.Add(extra)
+}
+
+func (s *subscription) receiveLoop() {
+	defer s.workers.Done()
+	retry := backoff.ExponentialBackOff{
+		InitialInterval:     100 * time.Millisecond,
+		RandomizationFactor: 0.5,
+		Multiplier:          2,
+		MaxInterval:         10 * time.Second,
+	}
+	retry.Reset()
+	for {
+		n := s.acquireSlots()
+		if n == 0 {
+			return
+		}
+		msgs, err := s.receive(n)
+		s.releaseSlots(n - len(msgs))
+		if err != nil {
+			if s.stop.Err() != nil {
+				return
+			}
+			wait := retry.NextBackOff()
+			s.p.logger.Error("Cannot receive from SQS, retrying", err, s.fields(watermill.LogFields{"retry_in": wait.String()}))
+			timer := time.NewTimer(wait)
+			select {
+			case <-s.stop.Done():
+				timer.Stop()
+				return
+			case <-timer.C:
+			}
+			continue
+		}
+		retry.Reset()
+		for i := range msgs {
+			s.dispatch(&msgs[i])
+		}
+	}
+}
+
+// Short waits that buy full batches: SQS bills per request, and the emulator
+// is bound by requests, not messages. Both only apply when the application is
+// busy (slots short) or acks are already flowing.
+const (
+	// slotFillWait is how long a receiver with fewer free slots than
+	// BatchSize waits for more before polling with what it has.
+	slotFillWait = 20 * time.Millisecond
+	// settleLinger is how long a settler collects acks and nacks after the
+	// first before sending them.
+	settleLinger = 5 * time.Millisecond
+)
+
+// acquireSlots takes between 1 and BatchSize slots: it waits for the first,
+// then up to slotFillWait for the rest. 0 means the subscription is stopping.
+func (s *subscription) acquireSlots() int {
+	select {
+	case <-s.slots:
+	case <-s.stop.Done():
+		return 0
+	}
+	n := 1
+	var fill *time.Timer
+	defer func() {
+		if fill != nil {
+			fill.Stop()
+		}
+	}()
+	for n < s.p.cfg.BatchSize {
+		select {
+		case <-s.slots:
+			n++
+			continue
+		default:
+		}
+		if fill == nil {
+			fill = time.NewTimer(slotFillWait)
+		}
+		select {
+		case <-s.slots:
+			n++
+			continue
+		case <-fill.C:
+		case <-s.stop.Done():
+		}
+		break
+	}
+	if s.stop.Err() != nil {
+		s.releaseSlots(n)
+		return 0
+	}
+	return n
+}
+
+func (s *subscription) releaseSlots(n int) {
+	for range n {
+		s.slots <- struct{}{}
+	}
+}
+
+// receive long-polls for up to n messages. The poll is not cancelled when the
+// subscription stops: an abandoned poll can still take messages, which would
+// then stay invisible for the queue's visibility timeout. What it brings after
+// the stop is released by dispatch.
+func (s *subscription) receive(n int) ([]types.Message, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.stop), s.p.cfg.WaitTime+s.p.cfg.RequestTimeout)
+	defer cancel()
+	out, err := s.p.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+		QueueUrl:              aws.String(s.queueURL),
+		MaxNumberOfMessages:   int32(n),
+		WaitTimeSeconds:       int32(s.p.cfg.WaitTime / time.Second),
+		MessageAttributeNames: []string{"All"},
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{
+			types.MessageSystemAttributeNameApproximateReceiveCount,
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out.Messages, nil
+}
+
+// dispatch hands one received message to a delivery goroutine, which owns its
+// slot from here on.
+func (s *subscription) dispatch(m *types.Message) {
+	id := aws.ToString(m.MessageId)
+	handle := aws.ToString(m.ReceiptHandle)
+	if s.stop.Err() != nil {
+		s.settleOne(settleRequest{receiptHandle: handle, messageID: id, visibility: 0})
+		s.releaseSlots(1)
+		return
+	}
+	msg, err := s.p.cfg.Unmarshaler.Unmarshal(m)
+	if err != nil || msg == nil {
+		// Left invisible: it comes back after the visibility timeout, and the
+		// redrive policy dead-letters it after maxReceiveCount. Releasing it
+		// now would only spin on it.
+		s.p.logger.Error("Cannot unmarshal SQS message, leaving it for redelivery", err, s.fields(watermill.LogFields{"message_id": id}))
+		s.releaseSlots(1)
+		return
+	}
+	if msg.Metadata == nil {
+		msg.Metadata = message.Metadata{}
+	}
+	if count, ok := m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)]; ok {
+		msg.Metadata.Set(ReceiveCountKey, count)
+	}
+	ctx, cancel := context.WithCancel(s.msgParent)
+	msg.SetContext(ctx)
+	s.deliveries.Add(1)
+	go s.deliver(msg, id, handle, cancel)
+}
+
+func (s *subscription) deliver(msg *message.Message, id, handle string, cancel context.CancelFunc) {
+	defer s.deliveries.Done()
+	defer s.releaseSlots(1)
+	defer cancel()
+
+	select {
+	case s.out <- msg:
+	case <-s.stop.Done():
+		s.settleOne(settleRequest{receiptHandle: handle, messageID: id, visibility: 0})
+		return
+	}
+
+	select {
+	case <-msg.Acked():
+	case <-msg.Nacked():
+	case <-s.drained:
+	}
+	switch {
+	case isDone(msg.Acked()):
+		s.settleOne(settleRequest{receiptHandle: handle, messageID: id, delete: true})
+	case isDone(msg.Nacked()):
+		s.settleOne(settleRequest{
+			receiptHandle: handle,
+			messageID:     id,
+			visibility:    int32(s.p.cfg.NackVisibility / time.Second),
+		})
+	default:
+		s.p.logger.Info("SQS message not acked within the drain timeout, leaving it to its visibility timeout",
+			s.fields(watermill.LogFields{"message_id": id, "message_uuid": msg.UUID}))
+	}
+}
+
+func isDone(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *subscription) settleOne(r settleRequest) { s.settle <- r }
+
+// settleLoop sends acks, nacks and releases to SQS, up to ten per call: what
+// arrives within settleLinger of the first goes together. The acks of one
+// received batch, settled by concurrent handlers, arrive together.
+func (s *subscription) settleLoop() {
+	defer s.settlers.Done()
+	linger := time.NewTimer(0)
+	<-linger.C
+	for r := range s.settle {
+		batch := []settleRequest{r}
+		linger.Reset(settleLinger)
+	fill:
+		for len(batch) < maxBatchSize {
+			select {
+			case r, ok := <-s.settle:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, r)
+			case <-linger.C:
+				break fill
+			}
+		}
+		linger.Stop()
+		s.flush(batch)
+	}
+}
+
+func (s *subscription) flush(batch []settleRequest) {
+	var deletes []settleRequest
+	byVisibility := map[int32][]settleRequest{}
+	for _, r := range batch {
+		if r.delete {
+			deletes = append(deletes, r)
+		} else {
+			byVisibility[r.visibility] = append(byVisibility[r.visibility], r)
+		}
+	}
+	if len(deletes) > 0 {
+		s.deleteMessages(deletes)
+	}
+	for visibility, rs := range byVisibility {
+		s.changeVisibility(rs, visibility)
+	}
+}
+
+// settleContext bounds one settle call. It does not derive from the
+// subscription: acks must still reach SQS while the subscription shuts down.
+func (s *subscription) settleContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), s.p.cfg.RequestTimeout)
+}
+
+func (s *subscription) deleteMessages(rs []settleRequest) {
+	entries := make([]types.DeleteMessageBatchRequestEntry, len(rs))
+	for i, r := range rs {
+		entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(r.receiptHandle)}
+	}
+	ctx, cancel := s.settleContext()
+	defer cancel()
+	out, err := s.p.client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(s.queueURL), Entries: entries})
+	if err != nil {
+		for _, r := range rs {
+			s.p.logger.Error("Cannot delete acked SQS message; it will be delivered again", err, s.fields(watermill.LogFields{"message_id": r.messageID}))
+		}
+		return
+	}
+	s.logBatchFailures("Cannot delete acked SQS message; it will be delivered again", rs, out.Failed)
+}
+
+func (s *subscription) changeVisibility(rs []settleRequest, visibility int32) {
+	entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(rs))
+	for i, r := range rs {
+		entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{
+			Id:                aws.String(strconv.Itoa(i)),
+			ReceiptHandle:     aws.String(r.receiptHandle),
+			VisibilityTimeout: visibility,
+		}
+	}
+	ctx, cancel := s.settleContext()
+	defer cancel()
+	out, err := s.p.client.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(s.queueURL), Entries: entries})
+	if err != nil {
+		for _, r := range rs {
+			s.p.logger.Error("Cannot make SQS message visible again; it returns after its visibility timeout", err, s.fields(watermill.LogFields{"message_id": r.messageID}))
+		}
+		return
+	}
+	s.logBatchFailures("Cannot make SQS message visible again; it returns after its visibility timeout", rs, out.Failed)
+}
+
+func (s *subscription) logBatchFailures(what string, rs []settleRequest, failed []types.BatchResultErrorEntry) {
+	for _, f := range failed {
+		id := "unknown"
+		if i, err := strconv.Atoi(aws.ToString(f.Id)); err == nil && i >= 0 && i < len(rs) {
+			id = rs[i].messageID
+		}
+		s.p.logger.Error(what, fmt.Errorf("%s: %s", aws.ToString(f.Code), aws.ToString(f.Message)), s.fields(watermill.LogFields{"message_id": id}))
+	}
+}

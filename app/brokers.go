@@ -1,0 +1,97 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/cenkalti/backoff/v5"
+
+	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/broker/memory"
+	"github.com/eventpipe/eventpipe/app/broker/postgres"
+	"github.com/eventpipe/eventpipe/app/broker/rabbitmq"
+	"github.com/eventpipe/eventpipe/app/broker/sqs"
+	"github.com/eventpipe/eventpipe/config"
+)
+
+// NewBroker is the one factory of brokers: it builds the adapter broker.kind
+// names from its section of cfg and checks that the broker answers. While the
+// broker is unreachable it logs and retries with exponential backoff (capped
+// at 10 s between tries) until ctx ends or serve.connect_timeout passes
+// (0 = no limit).
+func NewBroker(ctx context.Context, cfg config.Config, logger *slog.Logger) (broker.PubSub, error) {
+	wlog := watermill.NewSlogLogger(logger)
+	if cfg.Serve.ConnectTimeout > 0 {
+		// Adapters that wait for their broker inside New (RabbitMQ) honour
+		// the deadline through ctx; the others through the retry below.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.Serve.ConnectTimeout)
+		defer cancel()
+	}
+	connect := func() (broker.PubSub, error) {
+		ps, err := newAdapter(ctx, cfg, wlog)
+		if err != nil {
+			return nil, err
+		}
+		if p, ok := ps.(broker.Pinger); ok {
+			if err := p.Ping(ctx); err != nil {
+				_ = ps.Close()
+				return nil, fmt.Errorf("ping: %w", err)
+			}
+		}
+		return ps, nil
+	}
+
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 500 * time.Millisecond
+	b.MaxInterval = 10 * time.Second
+	ps, err := backoff.Retry(ctx, connect,
+		backoff.WithBackOff(b),
+		backoff.WithMaxElapsedTime(cfg.Serve.ConnectTimeout),
+		backoff.WithNotify(func(err error, next time.Duration) {
+			logger.Warn("broker unreachable, retrying",
+				slog.String("broker", cfg.Broker.Kind),
+				slog.Duration("retry_in", next.Round(time.Millisecond)),
+				slog.Any("error", err))
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s broker: %w", cfg.Broker.Kind, err)
+	}
+	return ps, nil
+}
+
+func newAdapter(ctx context.Context, cfg config.Config, logger watermill.LoggerAdapter) (broker.PubSub, error) {
+	switch cfg.Broker.Kind {
+	case config.KindMemory:
+		return memory.New(memory.Config{OutputBuffer: int64(cfg.Memory.OutputBuffer)}, logger)
+	case config.KindRabbitMQ:
+		return rabbitmq.New(ctx, rabbitmq.Config{
+			URL:             cfg.RabbitMQ.URL,
+			Prefetch:        cfg.RabbitMQ.Prefetch,
+			ChannelPoolSize: cfg.RabbitMQ.ChannelPoolSize,
+			DisableConfirms: !cfg.RabbitMQ.PublisherConfirms,
+		}, logger)
+	case config.KindSQS:
+		return sqs.New(ctx, sqs.Config{
+			Region:         cfg.SQS.Region,
+			Endpoint:       cfg.SQS.Endpoint,
+			BatchSize:      cfg.SQS.BatchSize,
+			Workers:        cfg.SQS.Workers,
+			WaitTime:       cfg.SQS.WaitTime,
+			NackVisibility: cfg.SQS.NackVisibility,
+			CreateQueues:   cfg.SQS.CreateQueues,
+		}, logger)
+	case config.KindPostgres:
+		return postgres.New(ctx, postgres.Config{
+			DSN:          cfg.Postgres.DSN,
+			MaxConns:     cfg.Postgres.MaxConns,
+			PollInterval: cfg.Postgres.PollInterval,
+		}, logger)
+	default:
+		return nil, backoff.Permanent(fmt.Errorf("unknown broker kind %q (allowed: %s, %s, %s, %s)",
+			cfg.Broker.Kind, config.KindMemory, config.KindRabbitMQ, config.KindSQS, config.KindPostgres))
+	}
+}

@@ -1,0 +1,115 @@
+// Package cli is eventpipe's command line: serve, publish and version (later:
+// topology, migrate, relay, dlq). Run is the whole program minus the process:
+// arguments, output streams and environment are injected, so tests drive it
+// in-process.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/eventpipe/eventpipe/config"
+)
+
+// Exit codes.
+const (
+	ExitOK      = 0
+	ExitFailure = 1
+	// ExitUsage is returned for a bad command line or an invalid configuration.
+	ExitUsage = 2
+)
+
+// usageError marks errors that exit with ExitUsage.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// env is what every command gets from Run.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	environ        []string
+	configPath     string
+}
+
+// Run executes the command line args (without the program name) and returns
+// the process exit code. ctx ends on SIGINT/SIGTERM.
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, environ []string) int {
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, environ: environ}
+	root := &cobra.Command{
+		Use:   "eventpipe",
+		Short: "Run asynchronous-messaging specs on memory, RabbitMQ, SQS or PostgreSQL",
+		Long: `eventpipe runs asynchronous-messaging specs on whichever broker its configuration
+names: the in-process memory broker (the default), RabbitMQ, Amazon SQS or PostgreSQL.
+Handlers never know which broker carries their messages.
+
+Configuration comes from a YAML file (--config, or EVENTPIPE_CONFIG) and from
+EVENTPIPE_* environment variables; switch brokers with EVENTPIPE_BROKER.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.PersistentFlags().StringVarP(&e.configPath, "config", "c", lookup(environ, "EVENTPIPE_CONFIG"),
+		"YAML configuration file (env EVENTPIPE_CONFIG); defaults and EVENTPIPE_* variables apply without one")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(e.serveCmd(), e.publishCmd(), versionCmd())
+
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	fmt.Fprintln(stderr, "eventpipe:", err)
+	var ue usageError
+	var ve *config.ValidationError
+	// cobra reports an unknown subcommand with an untyped error.
+	if errors.As(err, &ue) || errors.As(err, &ve) || strings.HasPrefix(err.Error(), "unknown command") {
+		return ExitUsage
+	}
+	return ExitFailure
+}
+
+// load reads the configuration; any problem is a usage error (exit 2).
+func (e *env) load() (config.Config, error) {
+	cfg, err := config.Load(e.configPath, e.environ)
+	if err != nil {
+		return config.Config{}, usageError{err}
+	}
+	return cfg, nil
+}
+
+// logger builds the structured logger the configuration asks for.
+func (e *env) logger(cfg config.Config) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.Log.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.Log.Format == "json" {
+		return slog.New(slog.NewJSONHandler(e.stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(e.stderr, opts))
+}
+
+func lookup(environ []string, key string) string {
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+// noArgs refuses positional arguments as a usage error.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageError{fmt.Errorf("%s takes no arguments, got %q", cmd.CommandPath(), args)}
+	}
+	return nil
+}

@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/spf13/cobra"
+
+	"github.com/eventpipe/eventpipe/app"
+	"github.com/eventpipe/eventpipe/middleware"
+)
+
+// publishConnectTimeout bounds how long publish waits for an unreachable
+// broker when serve.connect_timeout is 0 (serve's "forever").
+const publishConnectTimeout = 15 * time.Second
+
+func (e *env) publishCmd() *cobra.Command {
+	var (
+		topic, body, file, id string
+		metadata              []string
+		raw                   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "publish --topic QUEUE (--body JSON | --file PATH | --file -)",
+		Short: "Publish one message to a queue on the configured broker",
+		Long: `publish sends one message to QUEUE on the configured broker and prints its id.
+
+The body is checked first by the decoder of the route that consumes QUEUE; a body
+that route would reject is refused and nothing is sent. --raw skips the check
+(for queues eventpipe does not consume). A trace id is added (x-trace-id) unless
+--metadata sets one.`,
+		Example: `  eventpipe publish --topic demo.greetings --body '{"name":"Ada"}'
+  EVENTPIPE_BROKER=rabbitmq eventpipe publish -t demo.greetings -f greeting.json -m x-trace-id=abc123`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if topic == "" {
+				return usageError{errors.New("--topic is required")}
+			}
+			payload, err := e.readBody(body, file)
+			if err != nil {
+				return usageError{err}
+			}
+			if !raw {
+				r, err := app.Catalog().ByQueue(topic)
+				if err != nil {
+					return usageError{fmt.Errorf("%w; use --raw to publish anyway", err)}
+				}
+				if err := r.Validate(payload); err != nil {
+					return usageError{fmt.Errorf("body refused by route %s, nothing sent: %w", r.Name, err)}
+				}
+			}
+			if id == "" {
+				id = watermill.NewUUID()
+			}
+			msg := message.NewMessage(id, payload)
+			for _, kv := range metadata {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok || k == "" {
+					return usageError{fmt.Errorf("--metadata %q: want key=value", kv)}
+				}
+				msg.Metadata.Set(k, v)
+			}
+			if msg.Metadata.Get(middleware.TraceIDKey) == "" {
+				msg.Metadata.Set(middleware.TraceIDKey, middleware.NewTraceID())
+			}
+
+			cfg, err := e.load()
+			if err != nil {
+				return err
+			}
+			if cfg.Serve.ConnectTimeout == 0 {
+				cfg.Serve.ConnectTimeout = publishConnectTimeout
+			}
+			ps, err := app.NewBroker(cmd.Context(), cfg, e.logger(cfg))
+			if err != nil {
+				return err
+			}
+			defer func() { _ = ps.Close() }()
+			if err := ps.Publish(topic, msg); err != nil {
+				return fmt.Errorf("publish to %s: %w", topic, err)
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "published %s to %s on %s (trace %s)\n",
+				msg.UUID, topic, cfg.Broker.Kind, msg.Metadata.Get(middleware.TraceIDKey))
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&topic, "topic", "t", "", "queue to publish to (required)")
+	f.StringVarP(&body, "body", "b", "", "message body")
+	f.StringVarP(&file, "file", "f", "", "read the body from a file (- for standard input)")
+	f.StringArrayVarP(&metadata, "metadata", "m", nil, "metadata key=value (repeatable)")
+	f.StringVar(&id, "id", "", "message id (default: a new UUID)")
+	f.BoolVar(&raw, "raw", false, "skip the route's body check")
+	return cmd
+}
+
+func (e *env) readBody(body, file string) ([]byte, error) {
+	switch {
+	case body != "" && file != "":
+		return nil, errors.New("give either --body or --file, not both")
+	case body != "":
+		return []byte(body), nil
+	case file == "-":
+		return io.ReadAll(e.stdin)
+	case file != "":
+		return os.ReadFile(file)
+	default:
+		return nil, errors.New("a body is required: --body JSON or --file PATH")
+	}
+}

@@ -1,0 +1,52 @@
+// Package route describes one consumer route: which queue it reads, how a body
+// for it is validated, and the handler that runs for each message. Handler
+// packages (handlers/<spec>) return their routes; the composition root wires
+// them to the configured broker, and `eventpipe publish` uses Validate to
+// refuse a body the route would reject before anything is sent.
+package route
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Route is one handler bound to one queue.
+type Route struct {
+	// Name identifies the handler in logs and metrics. Unique per service.
+	Name string
+	// Queue is the topic the handler consumes (a queue name on brokers that
+	// have queues).
+	Queue string
+	// Validate checks a message body for this route the way the handler's
+	// decoder will, so that a publisher can refuse it up front.
+	Validate func(payload []byte) error
+	// Handle processes one message. Messages it returns are published by the
+	// router (to the topics set by the route's publish configuration).
+	Handle message.NoPublishHandlerFunc
+}
+
+// Set is the routes of a running service, looked up by queue.
+type Set []Route
+
+// ByQueue returns the route consuming queue.
+func (s Set) ByQueue(queue string) (Route, error) {
+	for _, r := range s {
+		if r.Queue == queue {
+			return r, nil
+		}
+	}
+	return Route{}, fmt.Errorf("no route consumes %q (known: %s)", queue, strings.Join(s.Queues(), ", "))
+}
+
+// Queues lists the queues of the set, sorted.
+func (s Set) Queues() []string {
+	qs := make([]string, 0, len(s))
+	for _, r := range s {
+		qs = append(qs, r.Queue)
+	}
+	slices.Sort(qs)
+	return qs
+}

@@ -1,0 +1,200 @@
+// Package app is eventpipe's composition root: it turns a config.Config into a
+// running service — the broker picked by broker.kind, the router with the one
+// middleware chain, the enabled routes, the admin HTTP server — and owns their
+// start and graceful stop. It is the only package that imports both config and
+// the broker adapters.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/route"
+	"github.com/eventpipe/eventpipe/config"
+	"github.com/eventpipe/eventpipe/handlers/demo"
+	"github.com/eventpipe/eventpipe/middleware"
+)
+
+// Service is eventpipe assembled from configuration. Build it with New, run it
+// with Run; Run's return is the end of its life.
+type Service struct {
+	cfg      config.Config
+	logger   *slog.Logger
+	broker   broker.PubSub
+	db       *pgxpool.Pool // nil unless postgres.dsn is set
+	router   *message.Router
+	routes   route.Set
+	registry *prometheus.Registry
+	admin    net.Listener // nil when admin.addr is ""
+}
+
+// New connects to the broker (retrying while it is unreachable, until ctx
+// ends or serve.connect_timeout passes) and to the database when one is
+// configured, and wires the router. Nothing is consumed before Run.
+func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Service, error) {
+	s := &Service{cfg: cfg, logger: logger, registry: prometheus.NewRegistry()}
+	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	ps, err := NewBroker(ctx, cfg, logger)
+	if err != nil {
+		return nil, err
+	}
+	s.broker = ps
+
+	if cfg.Postgres.DSN != "" && cfg.Broker.Kind != config.KindPostgres {
+		pool, err := pgxpool.New(ctx, cfg.Postgres.DSN)
+		if err != nil {
+			_ = ps.Close()
+			return nil, fmt.Errorf("postgres: %w", err)
+		}
+		s.db = pool
+	}
+
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: cfg.Serve.ShutdownTimeout}, watermill.NewSlogLogger(logger))
+	if err != nil {
+		s.closeResources()
+		return nil, fmt.Errorf("router: %w", err)
+	}
+	router.AddMiddleware(middleware.Chain(middleware.Deps{
+		Logger:  logger,
+		Metrics: middleware.NewMetrics(s.registry),
+	})...)
+	s.routes = Routes(cfg, ps, logger)
+	for _, r := range s.routes {
+		router.AddConsumerHandler(r.Name, r.Queue, ps, r.Handle)
+	}
+	s.router = router
+
+	if cfg.Admin.Addr != "" {
+		l, err := net.Listen("tcp", cfg.Admin.Addr)
+		if err != nil {
+			s.closeResources()
+			return nil, fmt.Errorf("admin: listen on %s: %w", cfg.Admin.Addr, err)
+		}
+		s.admin = l
+	}
+	return s, nil
+}
+
+// Routes returns the routes enabled by cfg, publishing through pub.
+func Routes(cfg config.Config, pub message.Publisher, logger *slog.Logger) route.Set {
+	var set route.Set
+	if cfg.Demo.Enabled {
+		set = append(set, demo.Handlers{Publisher: pub, Logger: logger}.Routes()...)
+	}
+	return set
+}
+
+// Catalog returns every route this binary knows, enabled or not. `eventpipe
+// publish` validates bodies against it; its handlers must not be run.
+func Catalog() route.Set {
+	return demo.Handlers{}.Routes()
+}
+
+// Publisher is the service's broker, for producers running beside the router.
+func (s *Service) Publisher() message.Publisher { return s.broker }
+
+// AdminAddr is the address the admin server listens on ("" when disabled).
+func (s *Service) AdminAddr() string {
+	if s.admin == nil {
+		return ""
+	}
+	return s.admin.Addr().String()
+}
+
+// Run consumes until ctx ends, then shuts down gracefully: intake stops,
+// in-flight messages finish (up to serve.shutdown_timeout), then the broker
+// and database are closed. It returns nil after a clean shutdown.
+func (s *Service) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+
+	var adminSrv *http.Server
+	if s.admin != nil {
+		adminSrv = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+		wg.Go(func() {
+			if err := adminSrv.Serve(s.admin); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.logger.Error("admin server stopped", slog.Any("error", err))
+			}
+		})
+		s.logger.Info("admin server listening", slog.String("addr", s.AdminAddr()))
+	}
+
+	// The router runs on a context that shutdown does not cancel: cancelling
+	// it would cancel the in-flight messages too. Shutdown closes it instead.
+	routerErr := make(chan error, 1)
+	go func() { routerErr <- s.router.Run(context.WithoutCancel(ctx)) }()
+
+	select {
+	case <-s.router.Running():
+		s.logger.Info("eventpipe running",
+			slog.String("broker", s.cfg.Broker.Kind),
+			slog.Any("queues", s.routes.Queues()))
+	case err := <-routerErr:
+		s.shutdownAdmin(adminSrv)
+		s.closeResources()
+		return fmt.Errorf("router: %w", err)
+	}
+
+	if s.cfg.Demo.Enabled {
+		wg.Go(func() { demo.Produce(ctx, s.broker, s.cfg.Demo.Interval, s.logger) })
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		s.logger.Info("shutting down: stopping intake, finishing in-flight messages",
+			slog.Duration("timeout", s.cfg.Serve.ShutdownTimeout))
+		if err := s.router.Close(); err != nil {
+			runErr = fmt.Errorf("router close: %w", err)
+		}
+		if err := <-routerErr; err != nil && runErr == nil {
+			runErr = fmt.Errorf("router: %w", err)
+		}
+	case err := <-routerErr:
+		// Every handler stopped on its own (e.g. a subscription ended).
+		if err != nil {
+			runErr = fmt.Errorf("router: %w", err)
+		} else {
+			runErr = errors.New("router stopped unexpectedly")
+		}
+	}
+
+	s.shutdownAdmin(adminSrv)
+	s.closeResources()
+	if runErr == nil {
+		s.logger.Info("eventpipe stopped cleanly")
+	}
+	return runErr
+}
+
+func (s *Service) shutdownAdmin(srv *http.Server) {
+	if srv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(ctx)
+}
+
+func (s *Service) closeResources() {
+	if err := s.broker.Close(); err != nil {
+		s.logger.Warn("broker close", slog.Any("error", err))
+	}
+	if s.db != nil {
+		s.db.Close()
+	}
+}

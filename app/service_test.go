@@ -1,0 +1,149 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventpipe/eventpipe/app"
+	"github.com/eventpipe/eventpipe/config"
+)
+
+// syncBuffer is a log sink safe for the service's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(body)
+}
+
+// The embedded default with the demo: messages flow, the admin endpoints
+// answer, and cancelling the context shuts down cleanly.
+func TestServiceDemoOnMemory(t *testing.T) {
+	t.Parallel()
+	cfg := config.Defaults()
+	cfg.Admin.Addr = "127.0.0.1:0"
+	cfg.Demo.Enabled = true
+	cfg.Demo.Interval = 20 * time.Millisecond
+	var logs syncBuffer
+	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	svc, err := app.New(ctx, cfg, logger)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+
+	base := "http://" + svc.AdminAddr()
+	require.Eventually(t, func() bool {
+		return strings.Contains(logs.String(), `"msg":"greeted"`)
+	}, 10*time.Second, 20*time.Millisecond, "no greeting went through both handlers; logs:\n%s", logs.String())
+
+	code, body := get(t, base+"/healthz")
+	assert.Equal(t, http.StatusOK, code)
+	code, body = get(t, base+"/readyz")
+	assert.Equal(t, http.StatusOK, code, body)
+	var ready struct {
+		Ready  bool              `json:"ready"`
+		Checks map[string]string `json:"checks"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &ready))
+	assert.True(t, ready.Ready)
+	assert.Equal(t, "ok", ready.Checks["broker"])
+	assert.Equal(t, "ok", ready.Checks["router"])
+
+	code, body = get(t, base+"/metrics")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `eventpipe_messages_handled_total{handler="demo-greet",queue="demo.greetings"}`)
+	assert.Contains(t, body, `eventpipe_handler_duration_seconds_bucket{handler="demo-greeted",queue="demo.greeted"`)
+
+	// The trace id of a greeting reaches the handler of the message it caused.
+	traces := map[string][]string{}
+	for _, line := range strings.Split(logs.String(), "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) != nil {
+			continue
+		}
+		if msg, _ := rec["msg"].(string); msg == "greeting handled" || msg == "greeted" {
+			id, _ := rec["trace_id"].(string)
+			require.NotEmpty(t, id, "log line without trace id: %s", line)
+			require.NotEmpty(t, rec["message_id"], "log line without message id: %s", line)
+			traces[id] = append(traces[id], msg)
+		}
+	}
+	linked := 0
+	for _, msgs := range traces {
+		if len(msgs) == 2 {
+			linked++
+		}
+	}
+	assert.Positive(t, linked, "no trace id seen on both a greeting and its answer")
+
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+	assert.Contains(t, logs.String(), "eventpipe stopped cleanly")
+}
+
+// /readyz fails, naming the check, when a dependency does not answer: here a
+// database configured on a port where nothing listens.
+func TestReadyzReportsUnreachableDatabase(t *testing.T) {
+	t.Parallel()
+	cfg := config.Defaults()
+	cfg.Admin.Addr = "127.0.0.1:0"
+	cfg.Postgres.DSN = "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=1"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	svc, err := app.New(ctx, cfg, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+
+	base := "http://" + svc.AdminAddr()
+	require.Eventually(t, func() bool {
+		code, _ := get(t, base+"/healthz")
+		return code == http.StatusOK
+	}, 10*time.Second, 20*time.Millisecond)
+	code, body := get(t, base+"/readyz")
+	assert.Equal(t, http.StatusServiceUnavailable, code)
+	assert.Contains(t, body, `"database"`)
+	assert.Contains(t, body, `"broker":"ok"`)
+
+	cancel()
+	require.NoError(t, <-done)
+}

@@ -1,0 +1,239 @@
+// Package config is eventpipe's configuration: one Config value, its defaults
+// (Defaults, the only place they live), a loader that layers a YAML file and
+// EVENTPIPE_* environment variables over those defaults (Load), and the rules
+// a usable configuration obeys (Config.Validate).
+//
+// # Precedence
+//
+// From weakest to strongest: Defaults, the YAML file, the environment. For
+// broker.kind the environment has two names: EVENTPIPE_BROKER_KIND wins over
+// its short alias EVENTPIPE_BROKER when both are set.
+//
+// # Environment variables
+//
+// Every key has an override named EVENTPIPE_ followed by its YAML path in upper
+// case with dots turned into underscores: sqs.batch_size is
+// EVENTPIPE_SQS_BATCH_SIZE. Values are written as in YAML without quotes
+// (durations as "20s", booleans as true or false). An empty variable counts as
+// unset, so a string key cannot be emptied from the environment (use the file,
+// e.g. `admin.addr: ""`). EnvVars lists every variable with its key, default
+// and documentation; the README's configuration reference and the CLI's help
+// are generated from it. Other EVENTPIPE_* variables (such as the tests'
+// EVENTPIPE_TEST_*) are not configuration keys and are ignored here.
+//
+// The AWS SDK's own variables (AWS_REGION, AWS_ENDPOINT_URL_SQS, AWS_PROFILE,
+// AWS_ACCESS_KEY_ID, …) are not read by this package: the SDK reads them
+// itself when sqs.region or sqs.endpoint is empty, so they work as they do
+// everywhere, and credentials always come from the SDK's default chain.
+//
+// # Errors
+//
+// Every problem with a configuration's content (a YAML syntax error, an
+// unknown key, a value of the wrong type, a rule broken) is reported in one
+// *ValidationError that lists them all, each with its YAML path and where the
+// value came from. Only I/O errors, such as a missing file, are reported
+// otherwise.
+//
+// The package is a leaf: it imports nothing else of eventpipe, and the broker
+// adapters do not import it (the composition root translates).
+package config
+
+import "time"
+
+// The broker kinds that broker.kind accepts.
+const (
+	// KindMemory is the embedded in-process broker (Watermill GoChannel); no
+	// service needed. The default.
+	KindMemory = "memory"
+	// KindRabbitMQ is RabbitMQ over AMQP 0-9-1.
+	KindRabbitMQ = "rabbitmq"
+	// KindSQS is Amazon SQS, or an emulator at sqs.endpoint.
+	KindSQS = "sqs"
+	// KindPostgres is PostgreSQL used as a queue.
+	KindPostgres = "postgres"
+)
+
+// Kinds returns every broker kind broker.kind accepts, in the order error
+// messages and help texts list them.
+func Kinds() []string {
+	return []string{KindMemory, KindRabbitMQ, KindSQS, KindPostgres}
+}
+
+// Log levels and formats that log.level and log.format accept.
+const (
+	LevelDebug = "debug"
+	LevelInfo  = "info"
+	LevelWarn  = "warn"
+	LevelError = "error"
+
+	FormatText = "text"
+	FormatJSON = "json"
+)
+
+// Config is eventpipe's whole configuration. Each field is one YAML section;
+// the struct tags give each key its YAML name (yaml), its environment variable
+// (envPrefix and env, under EVENTPIPE_) and its one-line documentation (doc),
+// which EnvVars reports. Start from Defaults, never from the zero value.
+type Config struct {
+	// Broker selects the message broker.
+	Broker Broker `yaml:"broker" envPrefix:"BROKER_"`
+	// Memory configures the embedded broker (broker.kind memory).
+	Memory Memory `yaml:"memory" envPrefix:"MEMORY_"`
+	// RabbitMQ configures the RabbitMQ broker (broker.kind rabbitmq).
+	RabbitMQ RabbitMQ `yaml:"rabbitmq" envPrefix:"RABBITMQ_"`
+	// SQS configures the Amazon SQS broker (broker.kind sqs).
+	SQS SQS `yaml:"sqs" envPrefix:"SQS_"`
+	// Postgres configures the PostgreSQL broker (broker.kind postgres).
+	Postgres Postgres `yaml:"postgres" envPrefix:"POSTGRES_"`
+	// Admin configures the admin HTTP server (/healthz, /readyz, /metrics).
+	Admin Admin `yaml:"admin" envPrefix:"ADMIN_"`
+	// Log configures the structured logger.
+	Log Log `yaml:"log" envPrefix:"LOG_"`
+	// Serve configures the serve command's start and stop.
+	Serve Serve `yaml:"serve" envPrefix:"SERVE_"`
+	// Demo configures the demo route that `make run` shows.
+	Demo Demo `yaml:"demo" envPrefix:"DEMO_"`
+}
+
+// Broker selects the message broker.
+type Broker struct {
+	// Kind is the broker eventpipe runs on: memory, rabbitmq, sqs or
+	// postgres. Default memory. Env EVENTPIPE_BROKER_KIND, or its alias
+	// EVENTPIPE_BROKER (EVENTPIPE_BROKER_KIND wins when both are set).
+	Kind string `yaml:"kind" env:"KIND" doc:"Broker to run on: memory, rabbitmq, sqs or postgres. Alias EVENTPIPE_BROKER; EVENTPIPE_BROKER_KIND wins when both are set."`
+}
+
+// Memory configures the embedded broker.
+type Memory struct {
+	// OutputBuffer is the number of messages each subscriber's channel holds
+	// before publishing blocks. Default 256; at least 1.
+	OutputBuffer int `yaml:"output_buffer" env:"OUTPUT_BUFFER" doc:"Messages each subscriber's channel holds before a publish blocks (at least 1)."`
+}
+
+// RabbitMQ configures the RabbitMQ broker.
+type RabbitMQ struct {
+	// URL is the AMQP URL, amqp:// or amqps://, with credentials and virtual
+	// host. Default amqp://guest:guest@127.0.0.1:5672/. Checked only when
+	// broker.kind is rabbitmq.
+	URL string `yaml:"url" env:"URL" doc:"AMQP URL (amqp:// or amqps://) with credentials and virtual host."`
+	// Prefetch is the number of unacknowledged messages each consumer may
+	// hold (AMQP basic.qos prefetch-count). Default 100; 1..65535.
+	Prefetch int `yaml:"prefetch" env:"PREFETCH" doc:"Unacknowledged messages each consumer may hold (basic.qos prefetch-count, 1..65535)."`
+	// ChannelPoolSize is the number of AMQP channels kept open for
+	// publishing. Default 16; 1..2047 (RabbitMQ's default channel_max).
+	ChannelPoolSize int `yaml:"channel_pool_size" env:"CHANNEL_POOL_SIZE" doc:"AMQP channels kept open for publishing (1..2047)."`
+	// PublisherConfirms makes every publish wait for the broker's
+	// confirmation. Default true.
+	PublisherConfirms bool `yaml:"publisher_confirms" env:"PUBLISHER_CONFIRMS" doc:"Wait for the broker to confirm every publish."`
+}
+
+// SQS configures the Amazon SQS broker. Credentials always come from the AWS
+// SDK's default chain (AWS_ACCESS_KEY_ID, AWS_PROFILE, an instance role, …).
+type SQS struct {
+	// Region is the AWS region. Default "": the SDK's default chain decides
+	// (AWS_REGION, AWS_DEFAULT_REGION, the shared config file).
+	Region string `yaml:"region" env:"REGION" doc:"AWS region; empty lets the AWS SDK decide (AWS_REGION, shared config)."`
+	// Endpoint is the SQS endpoint URL, e.g. an emulator's
+	// http://127.0.0.1:9324. Default "": the SDK decides, so
+	// AWS_ENDPOINT_URL_SQS works, and without it the SDK targets real AWS.
+	Endpoint string `yaml:"endpoint" env:"ENDPOINT" doc:"SQS endpoint URL, e.g. an emulator's; empty lets the AWS SDK decide (AWS_ENDPOINT_URL_SQS, else real AWS)."`
+	// BatchSize is the number of messages one receive call asks for.
+	// Default 10; 1..10 (SQS's limit).
+	BatchSize int `yaml:"batch_size" env:"BATCH_SIZE" doc:"Messages one receive call asks for (1..10)."`
+	// Workers is the number of concurrent receive loops per subscribed
+	// queue. Default 2; at least 1.
+	Workers int `yaml:"workers" env:"WORKERS" doc:"Concurrent receive loops per subscribed queue (at least 1)."`
+	// WaitTime is how long a receive call long-polls for messages. Default
+	// 20s; 0s..20s in whole seconds (0s is short polling).
+	WaitTime time.Duration `yaml:"wait_time" env:"WAIT_TIME" doc:"Long-poll time of one receive call (0s..20s, whole seconds)."`
+	// NackVisibility is the visibility timeout a nacked message gets, i.e.
+	// how long until it is redelivered. Default 0s (redeliver at once);
+	// 0s..12h in whole seconds.
+	NackVisibility time.Duration `yaml:"nack_visibility" env:"NACK_VISIBILITY" doc:"Delay before a nacked message is redelivered (0s..12h, whole seconds)."`
+	// CreateQueues creates missing queues on subscribe and publish. Default
+	// true.
+	CreateQueues bool `yaml:"create_queues" env:"CREATE_QUEUES" doc:"Create missing queues on subscribe and publish."`
+}
+
+// Postgres configures the PostgreSQL broker.
+type Postgres struct {
+	// DSN is the connection string, a postgres:// URL or key=value pairs.
+	// Default "". Required when broker.kind is postgres.
+	DSN string `yaml:"dsn" env:"DSN" doc:"Connection string (postgres:// URL or key=value pairs); required when broker.kind is postgres."`
+	// MaxConns is the size of the connection pool. Default 8; at least 1.
+	MaxConns int `yaml:"max_conns" env:"MAX_CONNS" doc:"Connections in the pool (at least 1)."`
+	// PollInterval is how often a subscriber polls for new messages.
+	// Default 100ms; more than 0.
+	PollInterval time.Duration `yaml:"poll_interval" env:"POLL_INTERVAL" doc:"How often a subscriber polls for new messages (more than 0s)."`
+}
+
+// Admin configures the admin HTTP server, which serves /healthz, /readyz and
+// /metrics.
+type Admin struct {
+	// Addr is the host:port the admin server listens on. Default
+	// 127.0.0.1:9090; "" turns the server off; port 0 picks a free port.
+	Addr string `yaml:"addr" env:"ADDR" doc:"host:port of the admin HTTP server (/healthz, /readyz, /metrics); empty turns it off."`
+}
+
+// Log configures the structured logger.
+type Log struct {
+	// Level is the least severe level logged: debug, info, warn or error.
+	// Default info.
+	Level string `yaml:"level" env:"LEVEL" doc:"Least severe level logged: debug, info, warn or error."`
+	// Format is the line format: text or json. Default text.
+	Format string `yaml:"format" env:"FORMAT" doc:"Log line format: text or json."`
+}
+
+// Serve configures how the serve command starts and stops.
+type Serve struct {
+	// ShutdownTimeout is how long serve waits for in-flight messages after
+	// an interrupt before it gives up. Default 30s; more than 0.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout" env:"SHUTDOWN_TIMEOUT" doc:"How long serve drains in-flight work after an interrupt (more than 0s)."`
+	// ConnectTimeout is how long serve keeps retrying an unreachable broker
+	// at start. Default 0s: retry until interrupted.
+	ConnectTimeout time.Duration `yaml:"connect_timeout" env:"CONNECT_TIMEOUT" doc:"How long serve retries an unreachable broker at start; 0s retries until interrupted."`
+}
+
+// Demo configures the demo route: a publisher and a handler that show
+// messages flowing (what `make run` turns on).
+type Demo struct {
+	// Enabled turns the demo route on. Default false.
+	Enabled bool `yaml:"enabled" env:"ENABLED" doc:"Run the demo route: publish a message every interval and log its handling."`
+	// Interval is the time between two demo messages. Default 1s; more than
+	// 0.
+	Interval time.Duration `yaml:"interval" env:"INTERVAL" doc:"Time between two demo messages (more than 0s)."`
+}
+
+// Defaults returns the default configuration: the embedded memory broker,
+// the admin server on 127.0.0.1:9090, info logs as text. It is valid, and it
+// is the one place defaults are written down.
+func Defaults() Config {
+	return Config{
+		Broker: Broker{Kind: KindMemory},
+		Memory: Memory{OutputBuffer: 256},
+		RabbitMQ: RabbitMQ{
+			URL:               "amqp://guest:guest@127.0.0.1:5672/",
+			Prefetch:          100,
+			ChannelPoolSize:   16,
+			PublisherConfirms: true,
+		},
+		SQS: SQS{
+			Region:         "",
+			Endpoint:       "",
+			BatchSize:      10,
+			Workers:        2,
+			WaitTime:       20 * time.Second,
+			NackVisibility: 0,
+			CreateQueues:   true,
+		},
+		Postgres: Postgres{
+			DSN:          "",
+			MaxConns:     8,
+			PollInterval: 100 * time.Millisecond,
+		},
+		Admin: Admin{Addr: "127.0.0.1:9090"},
+		Log:   Log{Level: LevelInfo, Format: FormatText},
+		Serve: Serve{ShutdownTimeout: 30 * time.Second, ConnectTimeout: 0},
+		Demo:  Demo{Enabled: false, Interval: time.Second},
+	}
+}

@@ -1,0 +1,246 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Problem is one thing wrong with a configuration.
+type Problem struct {
+	// Path is the YAML path of the key concerned, e.g. sqs.batch_size; ""
+	// for the file as a whole (a syntax error).
+	Path string
+	// Message says what is wrong, e.g. `11 is out of range 1..10`. It never
+	// repeats a URL's or DSN's password.
+	Message string
+	// Source says where the offending value came from: "file.yaml:7" for a
+	// file and line, an environment variable's name, or "" for a default.
+	Source string
+}
+
+// String writes the problem on one line: path, message and source.
+func (p Problem) String() string {
+	var b strings.Builder
+	if p.Path != "" {
+		b.WriteString(p.Path)
+		b.WriteString(": ")
+	}
+	b.WriteString(p.Message)
+	if p.Source != "" {
+		fmt.Fprintf(&b, " (%s)", p.Source)
+	}
+	return b.String()
+}
+
+// ValidationError lists every problem found in a configuration. Load and
+// Config.Validate return it as a *ValidationError; callers find it with
+// errors.As (the CLI prints it and exits 2).
+type ValidationError struct {
+	// Problems holds at least one problem: file problems in file order,
+	// then environment problems, then broken rules in the order of Config's
+	// fields.
+	Problems []Problem
+}
+
+// Error writes a summary line, then one problem per line.
+func (e *ValidationError) Error() string {
+	var b strings.Builder
+	if len(e.Problems) == 1 {
+		b.WriteString("invalid config: 1 problem")
+	} else {
+		fmt.Fprintf(&b, "invalid config: %d problems", len(e.Problems))
+	}
+	for _, p := range e.Problems {
+		b.WriteString("\n  ")
+		b.WriteString(p.String())
+	}
+	return b.String()
+}
+
+// problems collects Problems; the zero value is ready to use.
+type problems []Problem
+
+func (ps *problems) add(path, format string, args ...any) {
+	*ps = append(*ps, Problem{Path: path, Message: fmt.Sprintf(format, args...)})
+}
+
+// err returns the problems as a *ValidationError, or nil when there are none.
+func (ps problems) err() error {
+	if len(ps) == 0 {
+		return nil
+	}
+	return &ValidationError{Problems: ps}
+}
+
+// Limits of the broker APIs that the rules below enforce.
+const (
+	maxPrefetch        = 65535 // basic.qos prefetch-count is an AMQP short
+	maxChannels        = 2047  // RabbitMQ's default channel_max
+	maxSQSBatch        = 10
+	maxSQSWait         = 20 * time.Second
+	maxSQSVisibility   = 12 * time.Hour
+	sqsDurationDivisor = time.Second // SQS takes these durations in whole seconds
+)
+
+// Validate reports every problem with c, each with its YAML path, as a
+// *ValidationError; nil when c is usable. Connection targets (rabbitmq.url,
+// sqs.endpoint, postgres.dsn) are checked only for the broker broker.kind
+// selects, so a deployment may leave the others empty or stale; every other
+// value is checked whatever the kind, because it is never valid.
+func (c Config) Validate() error {
+	var ps problems
+
+	if !slices.Contains(Kinds(), c.Broker.Kind) {
+		ps.add("broker.kind", "%q is not one of %s", c.Broker.Kind, strings.Join(Kinds(), ", "))
+	}
+
+	atLeast(&ps, "memory.output_buffer", c.Memory.OutputBuffer, 1)
+
+	if c.Broker.Kind == KindRabbitMQ {
+		checkURL(&ps, "rabbitmq.url", c.RabbitMQ.URL, amqpURL)
+	}
+	inRange(&ps, "rabbitmq.prefetch", c.RabbitMQ.Prefetch, 1, maxPrefetch)
+	inRange(&ps, "rabbitmq.channel_pool_size", c.RabbitMQ.ChannelPoolSize, 1, maxChannels)
+
+	if c.Broker.Kind == KindSQS && c.SQS.Endpoint != "" {
+		checkURL(&ps, "sqs.endpoint", c.SQS.Endpoint, endpointURL)
+	}
+	inRange(&ps, "sqs.batch_size", c.SQS.BatchSize, 1, maxSQSBatch)
+	atLeast(&ps, "sqs.workers", c.SQS.Workers, 1)
+	durationInRange(&ps, "sqs.wait_time", c.SQS.WaitTime, 0, maxSQSWait, sqsDurationDivisor)
+	durationInRange(&ps, "sqs.nack_visibility", c.SQS.NackVisibility, 0, maxSQSVisibility, sqsDurationDivisor)
+
+	if c.Broker.Kind == KindPostgres {
+		switch {
+		case strings.TrimSpace(c.Postgres.DSN) == "":
+			ps.add("postgres.dsn", "required when broker.kind is postgres")
+		case strings.Contains(c.Postgres.DSN, "://"):
+			checkURL(&ps, "postgres.dsn", c.Postgres.DSN, postgresURL)
+		}
+	}
+	atLeast(&ps, "postgres.max_conns", c.Postgres.MaxConns, 1)
+	positive(&ps, "postgres.poll_interval", c.Postgres.PollInterval)
+
+	if c.Admin.Addr != "" {
+		checkAddr(&ps, "admin.addr", c.Admin.Addr)
+	}
+
+	oneOf(&ps, "log.level", c.Log.Level, LevelDebug, LevelInfo, LevelWarn, LevelError)
+	oneOf(&ps, "log.format", c.Log.Format, FormatText, FormatJSON)
+
+	positive(&ps, "serve.shutdown_timeout", c.Serve.ShutdownTimeout)
+	if c.Serve.ConnectTimeout < 0 {
+		ps.add("serve.connect_timeout", "must not be negative, got %s (0s retries until interrupted)", c.Serve.ConnectTimeout)
+	}
+
+	positive(&ps, "demo.interval", c.Demo.Interval)
+
+	return ps.err()
+}
+
+func inRange(ps *problems, path string, v, lo, hi int) {
+	if v < lo || v > hi {
+		ps.add(path, "%d is out of range %d..%d", v, lo, hi)
+	}
+}
+
+func atLeast(ps *problems, path string, v, lo int) {
+	if v < lo {
+		ps.add(path, "must be at least %d, got %d", lo, v)
+	}
+}
+
+func positive(ps *problems, path string, d time.Duration) {
+	if d <= 0 {
+		ps.add(path, "must be more than 0s, got %s", d)
+	}
+}
+
+// durationInRange checks lo <= d <= hi and that d is a whole multiple of unit.
+func durationInRange(ps *problems, path string, d, lo, hi, unit time.Duration) {
+	switch {
+	case d < 0:
+		ps.add(path, "must not be negative, got %s", d)
+	case d < lo || d > hi:
+		ps.add(path, "%s is out of range %s..%s", d, lo, hi)
+	case d%unit != 0:
+		ps.add(path, "%s is not a whole number of %s", d, unitName(unit))
+	}
+}
+
+func unitName(unit time.Duration) string {
+	if unit == time.Second {
+		return "seconds"
+	}
+	return "multiples of " + unit.String()
+}
+
+func oneOf(ps *problems, path, v string, allowed ...string) {
+	if !slices.Contains(allowed, v) {
+		ps.add(path, "%q is not one of %s", v, strings.Join(allowed, ", "))
+	}
+}
+
+// urlRule is what checkURL asks of a URL.
+type urlRule struct {
+	schemes []string
+	// showValue allows a URL that fails to parse to be shown. Credentials-
+	// bearing URLs and DSNs must not be, since the parse error repeats them;
+	// a URL that parses is shown with its password removed.
+	showValue bool
+	// needHost rejects a URL without a host (libpq URLs may leave it out
+	// for a Unix socket; AMQP and HTTP URLs may not).
+	needHost bool
+}
+
+var (
+	amqpURL     = urlRule{schemes: []string{"amqp", "amqps"}, needHost: true}
+	endpointURL = urlRule{schemes: []string{"http", "https"}, showValue: true, needHost: true}
+	postgresURL = urlRule{schemes: []string{"postgres", "postgresql"}}
+)
+
+// checkURL checks that raw is an absolute URL that rule allows.
+func checkURL(ps *problems, path, raw string, rule urlRule) {
+	want := make([]string, len(rule.schemes))
+	for i, s := range rule.schemes {
+		want[i] = s + "://"
+	}
+	wantText := strings.Join(want, " or ")
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil && rule.showValue:
+		ps.add(path, "%q is not a URL starting with %s", raw, wantText)
+	case err != nil:
+		ps.add(path, "not a URL starting with %s (value not shown: it may hold a password)", wantText)
+	case !slices.Contains(rule.schemes, u.Scheme):
+		ps.add(path, "%q is not a URL starting with %s", u.Redacted(), wantText)
+	case rule.needHost && u.Host == "":
+		ps.add(path, "%q has no host", u.Redacted())
+	case u.Port() != "" && !validPort(u.Port(), 1):
+		ps.add(path, "%q has an invalid port", u.Redacted())
+	}
+}
+
+// validPort reports whether port is a number in min..65535.
+func validPort(port string, min int) bool {
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= min && n <= 65535
+}
+
+// checkAddr checks a listen address: host:port with a numeric port (0 picks
+// a free one); the host may be empty to listen on every interface.
+func checkAddr(ps *problems, path, addr string) {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		ps.add(path, "%q is not host:port (e.g. 127.0.0.1:9090; \"\" turns it off)", addr)
+		return
+	}
+	if !validPort(port, 0) {
+		ps.add(path, "%q has an invalid port: want a number in 0..65535", addr)
+	}
+}

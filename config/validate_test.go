@@ -1,0 +1,202 @@
+package config_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventpipe/eventpipe/config"
+)
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		modify func(*config.Config)
+		want   []config.Problem // nil: valid
+	}{
+		{
+			name:   "unknown broker kind names the allowed kinds",
+			modify: func(c *config.Config) { c.Broker.Kind = "kafka" },
+			want:   []config.Problem{{Path: "broker.kind", Message: `"kafka" is not one of memory, rabbitmq, sqs, postgres`}},
+		},
+		{
+			name:   "kind is case-sensitive",
+			modify: func(c *config.Config) { c.Broker.Kind = "RabbitMQ" },
+			want:   []config.Problem{{Path: "broker.kind", Message: `"RabbitMQ" is not one of memory, rabbitmq, sqs, postgres`}},
+		},
+		{
+			name:   "postgres needs a dsn",
+			modify: func(c *config.Config) { c.Broker.Kind = config.KindPostgres },
+			want:   []config.Problem{{Path: "postgres.dsn", Message: "required when broker.kind is postgres"}},
+		},
+		{
+			name: "postgres key=value dsn",
+			modify: func(c *config.Config) {
+				c.Broker.Kind = config.KindPostgres
+				c.Postgres.DSN = "host=127.0.0.1 user=postgres dbname=test sslmode=disable"
+			},
+		},
+		{
+			name: "postgres url dsn with the wrong scheme hides the password",
+			modify: func(c *config.Config) {
+				c.Broker.Kind = config.KindPostgres
+				c.Postgres.DSN = "mysql://root:hunter2@db/app"
+			},
+			want: []config.Problem{{Path: "postgres.dsn", Message: `"mysql://root:xxxxx@db/app" is not a URL starting with postgres:// or postgresql://`}},
+		},
+		{
+			name: "stale dsn is not checked for another kind",
+			modify: func(c *config.Config) {
+				c.Postgres.DSN = "mysql://whatever"
+				c.RabbitMQ.URL = "not a url at all"
+			},
+		},
+		{
+			name: "rabbitmq url must be amqp",
+			modify: func(c *config.Config) {
+				c.Broker.Kind = config.KindRabbitMQ
+				c.RabbitMQ.URL = "http://guest:guest@127.0.0.1:15672/"
+			},
+			want: []config.Problem{{Path: "rabbitmq.url", Message: `"http://guest:xxxxx@127.0.0.1:15672/" is not a URL starting with amqp:// or amqps://`}},
+		},
+		{
+			name: "unparseable rabbitmq url is not echoed",
+			modify: func(c *config.Config) {
+				c.Broker.Kind = config.KindRabbitMQ
+				c.RabbitMQ.URL = "amqp://guest:hunter2@127.0.0.1:port/"
+			},
+			want: []config.Problem{{Path: "rabbitmq.url", Message: "not a URL starting with amqp:// or amqps:// (value not shown: it may hold a password)"}},
+		},
+		{
+			name: "rabbitmq url needs a host",
+			modify: func(c *config.Config) {
+				c.Broker.Kind = config.KindRabbitMQ
+				c.RabbitMQ.URL = "amqp:///vhost"
+			},
+			want: []config.Problem{{Path: "rabbitmq.url", Message: `"amqp:///vhost" has no host`}},
+		},
+		{
+			name: "rabbitmq limits",
+			modify: func(c *config.Config) {
+				c.RabbitMQ.Prefetch = 0
+				c.RabbitMQ.ChannelPoolSize = 5000
+			},
+			want: []config.Problem{
+				{Path: "rabbitmq.prefetch", Message: "0 is out of range 1..65535"},
+				{Path: "rabbitmq.channel_pool_size", Message: "5000 is out of range 1..2047"},
+			},
+		},
+		{
+			name: "sqs endpoint must be http",
+			modify: func(c *config.Config) {
+				c.Broker.Kind = config.KindSQS
+				c.SQS.Endpoint = "127.0.0.1:9324"
+			},
+			want: []config.Problem{{Path: "sqs.endpoint", Message: `"127.0.0.1:9324" is not a URL starting with http:// or https://`}},
+		},
+		{
+			name: "sqs endpoint must have a scheme it knows",
+			modify: func(c *config.Config) {
+				c.Broker.Kind = config.KindSQS
+				c.SQS.Endpoint = "tcp://127.0.0.1:9324"
+			},
+			want: []config.Problem{{Path: "sqs.endpoint", Message: `"tcp://127.0.0.1:9324" is not a URL starting with http:// or https://`}},
+		},
+		{
+			name: "sqs without endpoint or region uses the AWS default chain",
+			modify: func(c *config.Config) {
+				c.Broker.Kind = config.KindSQS
+			},
+		},
+		{
+			name: "sqs limits",
+			modify: func(c *config.Config) {
+				c.SQS.BatchSize = 11
+				c.SQS.Workers = 0
+				c.SQS.WaitTime = 1500 * time.Millisecond
+				c.SQS.NackVisibility = -time.Second
+			},
+			want: []config.Problem{
+				{Path: "sqs.batch_size", Message: "11 is out of range 1..10"},
+				{Path: "sqs.workers", Message: "must be at least 1, got 0"},
+				{Path: "sqs.wait_time", Message: "1.5s is not a whole number of seconds"},
+				{Path: "sqs.nack_visibility", Message: "must not be negative, got -1s"},
+			},
+		},
+		{
+			name:   "sqs visibility over 12h",
+			modify: func(c *config.Config) { c.SQS.NackVisibility = 13 * time.Hour },
+			want:   []config.Problem{{Path: "sqs.nack_visibility", Message: "13h0m0s is out of range 0s..12h0m0s"}},
+		},
+		{
+			name: "admin addr",
+			modify: func(c *config.Config) {
+				c.Admin.Addr = "localhost"
+			},
+			want: []config.Problem{{Path: "admin.addr", Message: `"localhost" is not host:port (e.g. 127.0.0.1:9090; "" turns it off)`}},
+		},
+		{
+			name:   "admin port out of range",
+			modify: func(c *config.Config) { c.Admin.Addr = ":99999" },
+			want:   []config.Problem{{Path: "admin.addr", Message: `":99999" has an invalid port: want a number in 0..65535`}},
+		},
+		{
+			name:   "admin off, or on every interface",
+			modify: func(c *config.Config) { c.Admin.Addr = "" },
+		},
+		{
+			name:   "admin on every interface, any free port",
+			modify: func(c *config.Config) { c.Admin.Addr = ":0" },
+		},
+		{
+			name: "every duration and count at once",
+			modify: func(c *config.Config) {
+				c.Memory.OutputBuffer = 0
+				c.Postgres.MaxConns = -1
+				c.Postgres.PollInterval = 0
+				c.Log.Level = "verbose"
+				c.Log.Format = "logfmt"
+				c.Serve.ShutdownTimeout = -time.Second
+				c.Serve.ConnectTimeout = -time.Second
+				c.Demo.Interval = 0
+			},
+			want: []config.Problem{
+				{Path: "memory.output_buffer", Message: "must be at least 1, got 0"},
+				{Path: "postgres.max_conns", Message: "must be at least 1, got -1"},
+				{Path: "postgres.poll_interval", Message: "must be more than 0s, got 0s"},
+				{Path: "log.level", Message: `"verbose" is not one of debug, info, warn, error`},
+				{Path: "log.format", Message: `"logfmt" is not one of text, json`},
+				{Path: "serve.shutdown_timeout", Message: "must be more than 0s, got -1s"},
+				{Path: "serve.connect_timeout", Message: "must not be negative, got -1s (0s retries until interrupted)"},
+				{Path: "demo.interval", Message: "must be more than 0s, got 0s"},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := config.Defaults()
+			tt.modify(&cfg)
+			err := cfg.Validate()
+			if tt.want == nil {
+				require.NoError(t, err)
+				return
+			}
+			var ve *config.ValidationError
+			require.True(t, errors.As(err, &ve), "want a *ValidationError, got %v", err)
+			assert.Equal(t, tt.want, ve.Problems)
+			assert.NotContains(t, err.Error(), "hunter2")
+		})
+	}
+}
+
+func TestValidateReturnsUntypedNil(t *testing.T) {
+	t.Parallel()
+	// A typed nil *ValidationError in an error would make `err != nil` true.
+	err := config.Defaults().Validate()
+	assert.True(t, err == nil)
+}

@@ -1,0 +1,77 @@
+// Package middleware holds eventpipe's router middleware and the one order in
+// which they run (chain.go). Middleware never imports a broker adapter: it sees
+// only Watermill messages and their metadata.
+package middleware
+
+import (
+	"context"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+)
+
+// TraceIDKey is the metadata key that carries a message's trace id on every
+// broker (an AMQP header, an SQS message attribute, a Postgres metadata field).
+const TraceIDKey = "x-trace-id"
+
+type traceIDKey struct{}
+
+// WithTraceID returns ctx carrying traceID.
+func WithTraceID(ctx context.Context, traceID string) context.Context {
+	return context.WithValue(ctx, traceIDKey{}, traceID)
+}
+
+// TraceID returns the trace id carried by ctx, or "".
+func TraceID(ctx context.Context) string {
+	id, _ := ctx.Value(traceIDKey{}).(string)
+	return id
+}
+
+// NewTraceID returns a fresh trace id: 32 lowercase hex digits, the W3C
+// trace-id format, so it can later seed a traceparent.
+func NewTraceID() string {
+	id := uuid.New()
+	const hex = "0123456789abcdef"
+	out := make([]byte, 32)
+	for i, b := range id {
+		out[i*2] = hex[b>>4]
+		out[i*2+1] = hex[b&0x0f]
+	}
+	return string(out)
+}
+
+// NewMessage returns a message that continues the trace of ctx: it carries
+// ctx (so a publisher sees it) and the trace id in its metadata. Handlers use
+// it for every message they publish while handling one.
+func NewMessage(ctx context.Context, payload []byte) *message.Message {
+	msg := message.NewMessage(watermill.NewUUID(), payload)
+	msg.SetContext(ctx)
+	if id := TraceID(ctx); id != "" {
+		msg.Metadata.Set(TraceIDKey, id)
+	}
+	return msg
+}
+
+// Correlation gives every message a trace id before anything else runs: the
+// one in its metadata, or a new one for a message that arrived without. The
+// id goes into the message's context (so logs and published messages carry it)
+// and onto every message the handler returns.
+func Correlation(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		id := msg.Metadata.Get(TraceIDKey)
+		if id == "" {
+			id = NewTraceID()
+			msg.Metadata.Set(TraceIDKey, id)
+		}
+		msg.SetContext(WithTraceID(msg.Context(), id))
+
+		produced, err := h(msg)
+		for _, p := range produced {
+			if p.Metadata.Get(TraceIDKey) == "" {
+				p.Metadata.Set(TraceIDKey, id)
+			}
+		}
+		return produced, err
+	}
+}
