@@ -23,7 +23,7 @@ import (
 // at 10 s between tries) until ctx ends or serve.connect_timeout passes
 // (0 = no limit).
 func NewBroker(ctx context.Context, cfg config.Config, logger *slog.Logger) (broker.PubSub, error) {
-	wlog := watermill.NewSlogLogger(logger)
+	wlog := watermillLogger(logger)
 	if cfg.Serve.ConnectTimeout > 0 {
 		// Adapters that wait for their broker inside New (RabbitMQ) honour
 		// the deadline through ctx; the others through the retry below.
@@ -86,12 +86,22 @@ func newAdapter(ctx context.Context, cfg config.Config, logger watermill.LoggerA
 		}, logger)
 	case config.KindPostgres:
 		return postgres.New(ctx, postgres.Config{
-			DSN:          cfg.Postgres.DSN,
-			MaxConns:     cfg.Postgres.MaxConns,
-			PollInterval: cfg.Postgres.PollInterval,
+			DSN:                  cfg.Postgres.DSN,
+			MaxConns:             cfg.Postgres.MaxConns,
+			PollInterval:         cfg.Postgres.PollInterval,
+			AutoInitializeSchema: cfg.Postgres.CreateTables,
 		}, logger)
 	default:
 		return nil, backoff.Permanent(fmt.Errorf("unknown broker kind %q (allowed: %s, %s, %s, %s)",
 			cfg.Broker.Kind, config.KindMemory, config.KindRabbitMQ, config.KindSQS, config.KindPostgres))
 	}
+}
+
+// watermillLogger adapts logger for Watermill and the adapters. Watermill logs
+// its lifecycle (handlers added, started, stopped) at info; those lines go to
+// debug so that info shows what happens to messages. Errors stay errors.
+func watermillLogger(logger *slog.Logger) watermill.LoggerAdapter {
+	return watermill.NewSlogLoggerWithLevelMapping(logger, map[slog.Level]slog.Level{
+		slog.LevelInfo: slog.LevelDebug,
+	})
 }

@@ -15,7 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -63,7 +62,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Service,
 		s.db = pool
 	}
 
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: cfg.Serve.ShutdownTimeout}, watermill.NewSlogLogger(logger))
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: cfg.Serve.ShutdownTimeout}, watermillLogger(logger))
 	if err != nil {
 		s.closeResources()
 		return nil, fmt.Errorf("router: %w", err)

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventpipe/eventpipe/app"
+	"github.com/eventpipe/eventpipe/app/internal/testenv"
 	"github.com/eventpipe/eventpipe/config"
 )
 
@@ -66,13 +67,15 @@ func TestServiceDemoOnMemory(t *testing.T) {
 	go func() { done <- svc.Run(ctx) }()
 
 	base := "http://" + svc.AdminAddr()
-	require.Eventually(t, func() bool {
+	if !assert.Eventually(t, func() bool {
 		return strings.Contains(logs.String(), `"msg":"greeted"`)
-	}, 10*time.Second, 20*time.Millisecond, "no greeting went through both handlers; logs:\n%s", logs.String())
+	}, 10*time.Second, 20*time.Millisecond) {
+		t.Fatalf("no greeting went through both handlers; logs:\n%s", logs.String())
+	}
 
-	code, body := get(t, base+"/healthz")
+	code, _ := get(t, base+"/healthz")
 	assert.Equal(t, http.StatusOK, code)
-	code, body = get(t, base+"/readyz")
+	code, body := get(t, base+"/readyz")
 	assert.Equal(t, http.StatusOK, code, body)
 	var ready struct {
 		Ready  bool              `json:"ready"`
@@ -146,4 +149,64 @@ func TestReadyzReportsUnreachableDatabase(t *testing.T) {
 
 	cancel()
 	require.NoError(t, <-done)
+}
+
+// The broker switch: the same service, the same demo route, on every broker
+// kind, chosen by configuration alone, against the real services.
+func TestServiceDemoOnEveryBroker(t *testing.T) {
+	cases := []struct {
+		kind  string
+		setup func(t *testing.T, cfg *config.Config)
+	}{
+		{config.KindRabbitMQ, func(t *testing.T, cfg *config.Config) {
+			cfg.RabbitMQ.URL = testenv.RabbitMQURL(t)
+		}},
+		{config.KindSQS, func(t *testing.T, cfg *config.Config) {
+			cfg.SQS.Endpoint = testenv.SQSEndpoint(t)
+			cfg.SQS.Region = testenv.SQSRegion
+			cfg.SQS.WaitTime = time.Second
+			// Credentials come from the AWS default chain, as in production.
+			t.Setenv("AWS_ACCESS_KEY_ID", "test")
+			t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+		}},
+		{config.KindPostgres, func(t *testing.T, cfg *config.Config) {
+			cfg.Postgres.DSN = testenv.PostgresDSN(t)
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.kind, func(t *testing.T) {
+			cfg := config.Defaults()
+			cfg.Broker.Kind = c.kind
+			cfg.Admin.Addr = "127.0.0.1:0"
+			cfg.Demo.Enabled = true
+			cfg.Demo.Interval = 100 * time.Millisecond
+			cfg.Serve.ConnectTimeout = 30 * time.Second
+			c.setup(t, &cfg)
+			require.NoError(t, cfg.Validate())
+
+			var logs syncBuffer
+			logger := slog.New(slog.NewTextHandler(&logs, nil))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			svc, err := app.New(ctx, cfg, logger)
+			require.NoError(t, err)
+			done := make(chan error, 1)
+			go func() { done <- svc.Run(ctx) }()
+
+			if !assert.Eventually(t, func() bool { return strings.Contains(logs.String(), "msg=greeted") },
+				60*time.Second, 50*time.Millisecond) {
+				t.Fatalf("no message flowed on %s:\n%s", c.kind, logs.String())
+			}
+			code, body := get(t, "http://"+svc.AdminAddr()+"/readyz")
+			assert.Equal(t, http.StatusOK, code, body)
+
+			cancel()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(60 * time.Second):
+				t.Fatal("Run did not return after cancel")
+			}
+		})
+	}
 }

@@ -144,8 +144,9 @@ type SQS struct {
 	// queue. Default 2; at least 1.
 	Workers int `yaml:"workers" env:"WORKERS" doc:"Concurrent receive loops per subscribed queue (at least 1)."`
 	// WaitTime is how long a receive call long-polls for messages. Default
-	// 20s; 0s..20s in whole seconds (0s is short polling).
-	WaitTime time.Duration `yaml:"wait_time" env:"WAIT_TIME" doc:"Long-poll time of one receive call (0s..20s, whole seconds)."`
+	// 20s; 1s..20s in whole seconds (short polling would spin on an empty
+	// queue).
+	WaitTime time.Duration `yaml:"wait_time" env:"WAIT_TIME" doc:"Long-poll time of one receive call (1s..20s, whole seconds)."`
 	// NackVisibility is the visibility timeout a nacked message gets, i.e.
 	// how long until it is redelivered. Default 0s (redeliver at once);
 	// 0s..12h in whole seconds.
@@ -160,11 +161,16 @@ type Postgres struct {
 	// DSN is the connection string, a postgres:// URL or key=value pairs.
 	// Default "". Required when broker.kind is postgres.
 	DSN string `yaml:"dsn" env:"DSN" doc:"Connection string (postgres:// URL or key=value pairs); required when broker.kind is postgres."`
-	// MaxConns is the size of the connection pool. Default 8; at least 1.
-	MaxConns int `yaml:"max_conns" env:"MAX_CONNS" doc:"Connections in the pool (at least 1)."`
+	// MaxConns is the size of the consuming connection pool: a subscription
+	// holds one connection while it works through a batch. Default 16; at
+	// least 1.
+	MaxConns int `yaml:"max_conns" env:"MAX_CONNS" doc:"Connections in the consuming pool; a subscription holds one while it works through a batch (at least 1)."`
 	// PollInterval is how often a subscriber polls for new messages.
-	// Default 100ms; more than 0.
+	// Default 250ms; more than 0.
 	PollInterval time.Duration `yaml:"poll_interval" env:"POLL_INTERVAL" doc:"How often a subscriber polls for new messages (more than 0s)."`
+	// CreateTables creates the schema and a queue's table on first publish or
+	// subscribe. Default true (until `eventpipe migrate` provisions them).
+	CreateTables bool `yaml:"create_tables" env:"CREATE_TABLES" doc:"Create missing queue tables on publish and subscribe."`
 }
 
 // Admin configures the admin HTTP server, which serves /healthz, /readyz and
@@ -228,8 +234,9 @@ func Defaults() Config {
 		},
 		Postgres: Postgres{
 			DSN:          "",
-			MaxConns:     8,
-			PollInterval: 100 * time.Millisecond,
+			MaxConns:     16,
+			PollInterval: 250 * time.Millisecond,
+			CreateTables: true,
 		},
 		Admin: Admin{Addr: "127.0.0.1:9090"},
 		Log:   Log{Level: LevelInfo, Format: FormatText},

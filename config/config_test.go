@@ -94,7 +94,7 @@ func TestEnvVars(t *testing.T) {
 		"sqs.wait_time":               {Name: "EVENTPIPE_SQS_WAIT_TIME", Type: "duration", Default: "20s"},
 		"sqs.endpoint":                {Name: "EVENTPIPE_SQS_ENDPOINT", Type: "string", Default: ""},
 		"rabbitmq.publisher_confirms": {Name: "EVENTPIPE_RABBITMQ_PUBLISHER_CONFIRMS", Type: "bool", Default: "true"},
-		"postgres.poll_interval":      {Name: "EVENTPIPE_POSTGRES_POLL_INTERVAL", Type: "duration", Default: "100ms"},
+		"postgres.poll_interval":      {Name: "EVENTPIPE_POSTGRES_POLL_INTERVAL", Type: "duration", Default: "250ms"},
 		"admin.addr":                  {Name: "EVENTPIPE_ADMIN_ADDR", Type: "string", Default: "127.0.0.1:9090"},
 	}
 	got := map[string]config.EnvVar{}

@@ -193,7 +193,7 @@ sqs:
 			want: []string{
 				"sqs.batchsize: unknown key; did you mean batch_size? (FILE:5)",
 				`broker.kind: "kafka" is not one of memory, rabbitmq, sqs, postgres (FILE:3)`,
-				"sqs.wait_time: 30s is out of range 0s..20s (FILE:6)",
+				"sqs.wait_time: 30s is out of range 1s..20s (FILE:6)",
 			},
 		},
 		{

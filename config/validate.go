@@ -112,7 +112,7 @@ func (c Config) Validate() error {
 	}
 	inRange(&ps, "sqs.batch_size", c.SQS.BatchSize, 1, maxSQSBatch)
 	atLeast(&ps, "sqs.workers", c.SQS.Workers, 1)
-	durationInRange(&ps, "sqs.wait_time", c.SQS.WaitTime, 0, maxSQSWait, sqsDurationDivisor)
+	durationInRange(&ps, "sqs.wait_time", c.SQS.WaitTime, time.Second, maxSQSWait, sqsDurationDivisor)
 	durationInRange(&ps, "sqs.nack_visibility", c.SQS.NackVisibility, 0, maxSQSVisibility, sqsDurationDivisor)
 
 	if c.Broker.Kind == KindPostgres {

@@ -67,7 +67,7 @@ EVENTPIPE_* environment variables; switch brokers with EVENTPIPE_BROKER.`,
 	if err == nil {
 		return ExitOK
 	}
-	fmt.Fprintln(stderr, "eventpipe:", err)
+	_, _ = fmt.Fprintln(stderr, "eventpipe:", err)
 	var ue usageError
 	var ve *config.ValidationError
 	// cobra reports an unknown subcommand with an untyped error.

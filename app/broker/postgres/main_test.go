@@ -81,7 +81,8 @@ func ensureDatabase(base string) (string, error) {
 	if !exists {
 		_, err := conn.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{testDatabase}.Sanitize())
 		var pgErr *pgconn.PgError
-		if err != nil && !(errors.As(err, &pgErr) && (pgErr.Code == "42P04" || pgErr.Code == "23505")) {
+		alreadyExists := errors.As(err, &pgErr) && (pgErr.Code == "42P04" || pgErr.Code == "23505")
+		if err != nil && !alreadyExists {
 			return "", err
 		}
 	}

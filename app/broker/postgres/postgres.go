@@ -15,35 +15,41 @@
 //
 // watermill-sql's own adapters were measured and not used as they are.
 // BenchmarkConsume: 1,000 queued messages, subscribers in separate pools (as
-// separate processes would be), batch 10, 100 ms polls, 2 shared cores, fsync
-// on; msg/s (subscribers that got any work):
+// separate processes would be), batch 10, 100 ms polls, 2 cores shared with
+// other work (load 1.5-2.5), fsync on; msg/s and how many subscribers got any
+// work:
 //
-//	                                 handler 0 ms           handler 2 ms
-//	                                 1 sub    4 subs        1 sub   4 subs
-//	DefaultPostgreSQLSchema (group)  ~3,500   ~2,800 (1-2)  ~340    ~310 (1-2)
-//	PostgreSQLQueueSchema            ~3,400   ~4,500 (1-2)  ~360    ~320 (1-2)
-//	this adapter, SKIP LOCKED        ~3,000   ~6,100 (4)    ~310  ~1,250 (4)
+//	                                  handler 0 ms                handler 2 ms
+//	                                  1 sub        4 subs         1 sub    4 subs
+//	DefaultPostgreSQLSchema (group)   10,300        7,300 (1)     390        380 (1-2)
+//	PostgreSQLQueueSchema              9,800        9,300 (1)     390        390 (1)
+//	this adapter, SKIP LOCKED    5,700-9,000 8,300-11,700 (4)  370-395 1,400-1,490 (4)
 //
 // The default schema locks the consumer group's offset row for the whole
 // batch; the stock queue schema selects FOR UPDATE without SKIP LOCKED under
 // REPEATABLE READ, so a second subscriber waits for the first one's batch and
 // then fails with a serialization error (which watermill-sql, not checking
 // pgx's Rows.Err, takes for an empty queue: it sleeps a poll interval). Either
-// way about one subscriber works at a time and extra subscribers add nothing;
-// the 4-subscriber gain of the stock queue with no handler is noise within
-// the shared machine's spread. The stock queue adapter also
-// re-sends a nacked message in-process forever while holding its lock, and on
-// Close or an expired ack deadline deletes the rows of its batch that it never
-// delivered; with watermill-sql's pgx adapter a cancelled subscription rolls
-// back the acks of its current batch. This package keeps watermill-sql's
-// Publisher and subscriber loop and replaces what is around them: the schema
-// and offsets adapters (schema.go), the transaction adapter (settle.go) and a
-// relay that turns a nack into a release of the row.
+// way one subscriber works at a time and extra subscribers add nothing. With
+// a no-op handler a single subscriber here can be slower than the stock queue
+// (the SQL per batch is the same, ~0.7 ms; the relay adds two goroutine
+// hand-offs per message); any real handler hides that.
 //
-// Batch size trades throughput for spread: with this adapter and one
-// subscriber, batch 1 gives ~640 msg/s, 10 ~3,000, 100 ~16,000 (one commit
-// per batch), but a claimed batch waits for its subscriber even when others
-// are idle, and a crash redelivers the batch's already acked messages. The
+// The stock queue adapter also re-sends a nacked message in-process, holding
+// its lock, until the ack deadline and then claims it again, so the message
+// never leaves that subscriber; and on Close or an expired ack deadline it
+// deletes the rows of its batch that it never delivered. With watermill-sql's
+// pgx adapter a cancelled subscription rolls back the acks of its current
+// batch. This package keeps watermill-sql's Publisher and subscriber loop and
+// replaces what is around them: the schema and offsets adapters (schema.go),
+// the transaction adapter (settle.go) and a relay that turns a nack into a
+// release of the row.
+//
+// Batch size trades throughput for spread. With a no-op handler one
+// subscriber does ~770 msg/s at batch 1 (a commit per message), 5,700-9,000 at
+// 10 and ~30,000 at 100; with the 2 ms handler and 4 subscribers, 950, 1,450
+// and 1,300. A claimed batch waits for its subscriber even when others are
+// idle, and a crash redelivers the messages of the batch already acked. The
 // default is 10, SQS's largest batch.
 //
 // Polling costs one short transaction per idle subscription per
@@ -495,9 +501,6 @@ func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.M
 		p.forget(sub)
 		p.relays.Done()
 		return nil, fmt.Errorf("postgres: subscribe %s: %w", topic, err)
-	}
-	if true { // EXPERIMENT
-		return upstream, nil
 	}
 	out := make(chan *message.Message)
 	go func() {

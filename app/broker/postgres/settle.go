@@ -87,7 +87,7 @@ type checkedRows struct {
 
 func (r checkedRows) Close() error {
 	r.Rows.Close()
-	err := r.Rows.Err()
+	err := r.Err()
 	if err == nil || errors.Is(err, context.Canceled) {
 		return nil // a subscription that ends is no failure
 	}

@@ -154,7 +154,7 @@ func (c *connection) watch(conn *amqp.Connection) {
 			c.up = make(chan struct{})
 			c.mu.Unlock()
 
-			var err error = ErrNotConnected
+			err := ErrNotConnected
 			if amqpErr != nil {
 				err = amqpErr
 			}

@@ -80,8 +80,10 @@ func TestServeDemoThenInterrupt(t *testing.T) {
 	t.Parallel()
 	cmd, out, done := start(t, []string{"EVENTPIPE_BROKER=memory", "EVENTPIPE_DEMO_ENABLED=true", "EVENTPIPE_DEMO_INTERVAL=50ms", "EVENTPIPE_ADMIN_ADDR=127.0.0.1:0"}, "serve")
 
-	require.Eventually(t, func() bool { return strings.Contains(out.String(), "msg=greeted") },
-		20*time.Second, 50*time.Millisecond, "no message flowed:\n%s", out.String())
+	if !assert.Eventually(t, func() bool { return strings.Contains(out.String(), "msg=greeted") },
+		20*time.Second, 50*time.Millisecond) {
+		t.Fatalf("no message flowed:\n%s", out.String())
+	}
 	logs := out.String()
 	assert.Contains(t, logs, "msg=\"greeting published\"")
 	assert.Contains(t, logs, "msg=\"greeting handled\"")
@@ -103,8 +105,10 @@ func TestServeRetriesUnreachableBroker(t *testing.T) {
 	t.Parallel()
 	cmd, out, done := start(t, []string{"EVENTPIPE_BROKER=rabbitmq", "EVENTPIPE_RABBITMQ_URL=amqp://guest:guest@127.0.0.1:1/", "EVENTPIPE_ADMIN_ADDR="}, "serve")
 
-	require.Eventually(t, func() bool { return strings.Count(out.String(), "unreachable, retrying") >= 2 },
-		30*time.Second, 100*time.Millisecond, "no retry log line:\n%s", out.String())
+	if !assert.Eventually(t, func() bool { return strings.Count(out.String(), "unreachable, retrying") >= 2 },
+		30*time.Second, 100*time.Millisecond) {
+		t.Fatalf("no retry log line:\n%s", out.String())
+	}
 	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
 	select {
 	case err := <-done:
