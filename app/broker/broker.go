@@ -13,6 +13,8 @@ import (
 	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/eventpipe/eventpipe/app/topology"
 )
 
 // PubSub is a broker connection that can both publish and subscribe. A topic is
@@ -54,4 +56,17 @@ func CheckPayloads(msgs []*message.Message) error {
 		}
 	}
 	return nil
+}
+
+// Provisioner is implemented by adapters that can create a topology natively
+// (RabbitMQ exchanges, queues and bindings; SQS queues with redrive
+// policies). `eventpipe topology plan|apply` use it.
+type Provisioner interface {
+	// Plan compares the declared topology with the live broker and changes
+	// nothing.
+	Plan(ctx context.Context, t topology.Topology) (topology.Plan, error)
+	// Apply creates what is missing and changes what the broker allows to
+	// change in place, idempotently. It never deletes or recreates a queue:
+	// what it cannot change is returned, with the operator's fix.
+	Apply(ctx context.Context, t topology.Topology) (unresolved topology.Plan, err error)
 }

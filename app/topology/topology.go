@@ -1,0 +1,339 @@
+// Package topology is the broker-neutral description of a spec's messaging
+// objects — exchanges, queues with their dead-letter queues, and bindings with
+// routing-key patterns — as pure data with validation and routing, no I/O.
+// One YAML file per spec lives under config/topology/; the broker packages
+// compile a Topology to their native objects (RabbitMQ exchanges, queues,
+// arguments and bindings; SQS queues, redrive policies and attributes).
+package topology
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Topology is one spec's messaging objects.
+type Topology struct {
+	// Name identifies the spec (e.g. "stackup").
+	Name string `yaml:"name"`
+	// Exchanges route published messages to queues by routing key. Brokers
+	// without exchanges (SQS) route with the same rules in the publisher.
+	Exchanges []Exchange `yaml:"exchanges"`
+	// Queues hold messages for consumers.
+	Queues []Queue `yaml:"queues"`
+	// Bindings connect exchanges to queues.
+	Bindings []Binding `yaml:"bindings"`
+}
+
+// Exchange kinds.
+const (
+	Topic  = "topic"
+	Direct = "direct"
+	Fanout = "fanout"
+)
+
+// Exchange routes messages to the queues bound to it.
+type Exchange struct {
+	Name string `yaml:"name"`
+	// Type is topic (patterns with * and #), direct (exact key) or fanout
+	// (every bound queue).
+	Type string `yaml:"type"`
+}
+
+// Queue kinds on RabbitMQ; SQS has one kind.
+const (
+	Classic = "classic"
+	Quorum  = "quorum"
+)
+
+// Queue is a durable queue and its dead-letter queue.
+type Queue struct {
+	Name string `yaml:"name"`
+	// Type is classic (default) or quorum, for RabbitMQ.
+	Type string `yaml:"type,omitempty"`
+	// FIFO orders messages per group and deduplicates by id (SQS FIFO; the
+	// name must end in .fifo). On RabbitMQ: a single-active-consumer queue.
+	FIFO bool `yaml:"fifo,omitempty"`
+	// ContentBasedDedup lets SQS derive the dedup id from the body (FIFO only).
+	ContentBasedDedup bool `yaml:"content_based_dedup,omitempty"`
+	// VisibilityTimeout is how long a received message stays hidden from
+	// other consumers (SQS) — the handler's time budget on every broker.
+	VisibilityTimeout time.Duration `yaml:"visibility_timeout,omitempty"`
+	// Retention is how long an unconsumed message is kept (SQS
+	// MessageRetentionPeriod; RabbitMQ x-message-ttl when set).
+	Retention time.Duration `yaml:"retention,omitempty"`
+	// ReceiveWait is the long-poll time of a receive (SQS).
+	ReceiveWait time.Duration `yaml:"receive_wait,omitempty"`
+	// DeliveryDelay holds every new message back this long (SQS DelaySeconds).
+	DeliveryDelay time.Duration `yaml:"delivery_delay,omitempty"`
+	// Encryption is "" (none) or "sse-sqs" (SQS-managed server-side
+	// encryption).
+	Encryption string `yaml:"encryption,omitempty"`
+	// BatchSize is how many messages a consumer takes at once: SQS receive
+	// batch size, RabbitMQ prefetch.
+	BatchSize int `yaml:"batch_size,omitempty"`
+	// MaxReceives is how many times a message is delivered before it goes to
+	// the dead-letter queue: SQS maxReceiveCount, RabbitMQ quorum
+	// x-delivery-limit. 0 = no limit.
+	MaxReceives int `yaml:"max_receives,omitempty"`
+	// DeadLetter, when set, declares the queue's dead-letter queue.
+	DeadLetter *DeadLetter `yaml:"dead_letter,omitempty"`
+}
+
+// DeadLetter is where a queue's failed messages go.
+type DeadLetter struct {
+	// Queue is the dead-letter queue's name; it is declared with its source.
+	Queue string `yaml:"queue"`
+	// Exchange is the RabbitMQ dead-letter exchange (x-dead-letter-exchange);
+	// "" = the default exchange, routing straight to Queue.
+	Exchange string `yaml:"exchange,omitempty"`
+	// RoutingKey is x-dead-letter-routing-key; the DLQ is bound to Exchange
+	// with it. Default: the DLQ's name.
+	RoutingKey string `yaml:"routing_key,omitempty"`
+	// Retention is how long dead letters are kept.
+	Retention time.Duration `yaml:"retention,omitempty"`
+}
+
+// Binding routes messages published to Exchange whose routing key matches
+// Pattern to Queue.
+type Binding struct {
+	Exchange string `yaml:"exchange"`
+	Queue    string `yaml:"queue"`
+	// Pattern is a routing key; on topic exchanges '*' matches one word and
+	// '#' zero or more.
+	Pattern string `yaml:"routing_key"`
+}
+
+// Load reads and validates a topology file. Unknown keys are errors.
+func Load(path string) (Topology, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Topology{}, fmt.Errorf("read topology: %w", err)
+	}
+	return Parse(data)
+}
+
+// Parse decodes and validates a topology document.
+func Parse(data []byte) (Topology, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var t Topology
+	if err := dec.Decode(&t); err != nil {
+		return Topology{}, fmt.Errorf("topology: %w", err)
+	}
+	if err := t.Validate(); err != nil {
+		return Topology{}, err
+	}
+	return t, nil
+}
+
+// Queue returns the queue named name (dead-letter queues included).
+func (t Topology) Queue(name string) (Queue, bool) {
+	for _, q := range t.AllQueues() {
+		if q.Name == name {
+			return q, true
+		}
+	}
+	return Queue{}, false
+}
+
+// AllQueues returns the declared queues followed by their dead-letter queues,
+// each DLQ as a plain queue with the DLQ's retention.
+func (t Topology) AllQueues() []Queue {
+	out := slices.Clone(t.Queues)
+	seen := map[string]bool{}
+	for _, q := range t.Queues {
+		seen[q.Name] = true
+	}
+	for _, q := range t.Queues {
+		if q.DeadLetter == nil || seen[q.DeadLetter.Queue] {
+			continue
+		}
+		seen[q.DeadLetter.Queue] = true
+		out = append(out, Queue{Name: q.DeadLetter.Queue, Type: q.Type, FIFO: q.FIFO, Retention: q.DeadLetter.Retention, Encryption: q.Encryption})
+	}
+	return out
+}
+
+// DeadLetterRoutingKey is the routing key a dead-lettered message of q carries.
+func (d DeadLetter) DeadLetterRoutingKey() string {
+	if d.RoutingKey != "" {
+		return d.RoutingKey
+	}
+	return d.Queue
+}
+
+// Route says where a message published to exchange with routingKey lands:
+// the names of the bound queues, in declaration order, each once.
+func (t Topology) Route(exchange, routingKey string) []string {
+	var kind string
+	for _, e := range t.Exchanges {
+		if e.Name == exchange {
+			kind = e.Type
+		}
+	}
+	var out []string
+	for _, b := range t.Bindings {
+		if b.Exchange != exchange || slices.Contains(out, b.Queue) {
+			continue
+		}
+		if kind == Fanout || (kind == Direct && b.Pattern == routingKey) || (kind == Topic && Match(b.Pattern, routingKey)) {
+			out = append(out, b.Queue)
+		}
+	}
+	return out
+}
+
+// Match reports whether an AMQP topic pattern matches a routing key: words are
+// separated by '.', '*' matches exactly one word, '#' zero or more.
+func Match(pattern, key string) bool {
+	return match(strings.Split(pattern, "."), strings.Split(key, "."))
+}
+
+func match(p, k []string) bool {
+	for len(p) > 0 {
+		switch p[0] {
+		case "#":
+			for i := 0; i <= len(k); i++ {
+				if match(p[1:], k[i:]) {
+					return true
+				}
+			}
+			return false
+		case "*":
+			if len(k) == 0 {
+				return false
+			}
+		default:
+			if len(k) == 0 || p[0] != k[0] {
+				return false
+			}
+		}
+		p, k = p[1:], k[1:]
+	}
+	return len(k) == 0
+}
+
+// Validate reports every problem, each with its path in the document.
+func (t Topology) Validate() error {
+	var errs []error
+	add := func(path, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
+	}
+	if t.Name == "" {
+		add("name", "required")
+	}
+	exchanges := map[string]string{}
+	for i, e := range t.Exchanges {
+		p := fmt.Sprintf("exchanges[%d]", i)
+		if e.Name == "" {
+			add(p+".name", "required")
+		} else if strings.HasPrefix(e.Name, "amq.") {
+			add(p+".name", "%q: names starting with amq. are reserved by RabbitMQ", e.Name)
+		}
+		if _, dup := exchanges[e.Name]; dup && e.Name != "" {
+			add(p+".name", "%q declared twice", e.Name)
+		}
+		exchanges[e.Name] = e.Type
+		if e.Type != Topic && e.Type != Direct && e.Type != Fanout {
+			add(p+".type", "%q is not one of topic, direct, fanout", e.Type)
+		}
+	}
+	queues := map[string]bool{}
+	for i, q := range t.Queues {
+		p := fmt.Sprintf("queues[%d]", i)
+		validateQueueName(add, p+".name", q.Name, q.FIFO)
+		if queues[q.Name] && q.Name != "" {
+			add(p+".name", "%q declared twice", q.Name)
+		}
+		queues[q.Name] = true
+		if q.Type != "" && q.Type != Classic && q.Type != Quorum {
+			add(p+".type", "%q is not one of classic, quorum", q.Type)
+		}
+		if q.ContentBasedDedup && !q.FIFO {
+			add(p+".content_based_dedup", "only FIFO queues deduplicate")
+		}
+		durationRange(add, p+".visibility_timeout", q.VisibilityTimeout, 0, 12*time.Hour)
+		durationRange(add, p+".retention", q.Retention, 0, 14*24*time.Hour)
+		durationRange(add, p+".receive_wait", q.ReceiveWait, 0, 20*time.Second)
+		durationRange(add, p+".delivery_delay", q.DeliveryDelay, 0, 15*time.Minute)
+		if q.Encryption != "" && q.Encryption != "sse-sqs" {
+			add(p+".encryption", "%q is not one of \"\", sse-sqs", q.Encryption)
+		}
+		if q.BatchSize < 0 || q.BatchSize > 10 {
+			add(p+".batch_size", "%d is out of range 0..10 (SQS receives at most 10)", q.BatchSize)
+		}
+		if q.MaxReceives < 0 || q.MaxReceives > 1000 {
+			add(p+".max_receives", "%d is out of range 0..1000", q.MaxReceives)
+		}
+		if q.MaxReceives > 0 && q.DeadLetter == nil {
+			add(p+".max_receives", "set without a dead_letter queue: where would the message go?")
+		}
+		if d := q.DeadLetter; d != nil {
+			validateQueueName(add, p+".dead_letter.queue", d.Queue, q.FIFO)
+			if d.Queue == q.Name {
+				add(p+".dead_letter.queue", "a queue cannot be its own dead-letter queue")
+			}
+			if d.Exchange != "" {
+				if _, ok := exchanges[d.Exchange]; !ok {
+					add(p+".dead_letter.exchange", "%q is not a declared exchange", d.Exchange)
+				}
+			}
+			durationRange(add, p+".dead_letter.retention", d.Retention, 0, 14*24*time.Hour)
+		}
+	}
+	for _, q := range t.AllQueues() {
+		queues[q.Name] = true
+	}
+	for i, b := range t.Bindings {
+		p := fmt.Sprintf("bindings[%d]", i)
+		kind, ok := exchanges[b.Exchange]
+		if !ok {
+			add(p+".exchange", "%q is not a declared exchange", b.Exchange)
+		}
+		if !queues[b.Queue] {
+			add(p+".queue", "%q is not a declared queue", b.Queue)
+		}
+		if kind != Topic && strings.ContainsAny(b.Pattern, "*#") {
+			add(p+".routing_key", "%q: wildcards only work on topic exchanges", b.Pattern)
+		}
+		if b.Pattern == "" && kind != Fanout {
+			add(p+".routing_key", "required on %s exchanges", kind)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func validateQueueName(add func(string, string, ...any), path, name string, fifo bool) {
+	switch {
+	case name == "":
+		add(path, "required")
+		return
+	case len(name) > 80:
+		add(path, "%q is longer than 80 characters (SQS's limit)", name)
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			add(path, "%q: only letters, digits, '-', '_' and '.' work on every broker", name)
+			break
+		}
+	}
+	if fifo != strings.HasSuffix(name, ".fifo") {
+		add(path, "%q: a queue's name ends in .fifo exactly when it is FIFO (SQS's rule)", name)
+	}
+}
+
+func durationRange(add func(string, string, ...any), path string, d, lo, hi time.Duration) {
+	if d < lo || d > hi {
+		add(path, "%s is out of range %s..%s", d, lo, hi)
+	}
+	if d%time.Second != 0 {
+		add(path, "%s: whole seconds only", d)
+	}
+}

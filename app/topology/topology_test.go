@@ -1,0 +1,157 @@
+package topology_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventpipe/eventpipe/app/topology"
+)
+
+func TestMatch(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		pattern, key string
+		want         bool
+	}{
+		{"generate.questions", "generate.questions", true},
+		{"generate.questions", "generate.feedback", false},
+		{"realtime.session.*", "realtime.session.message", true},
+		{"realtime.session.*", "realtime.session", false},
+		{"realtime.session.*", "realtime.session.a.b", false},
+		{"realtime.#", "realtime", true},
+		{"realtime.#", "realtime.user.x.y", true},
+		{"#", "anything.at.all", true},
+		{"#", "", true},
+		{"*.b.#", "a.b", true},
+		{"*.b.#", "a.c", false},
+		{"a.#.z", "a.z", true},
+		{"a.#.z", "a.b.c.z", true},
+		{"a.#.z", "a.b.c", false},
+		{"*", "", true}, // one empty word
+		{"*", "a.b", false},
+	}
+	for _, c := range cases {
+		assert.Equal(t, c.want, topology.Match(c.pattern, c.key), "%q ~ %q", c.pattern, c.key)
+	}
+}
+
+const sample = `
+name: sample
+exchanges:
+  - {name: ex.topic, type: topic}
+  - {name: ex.dlx, type: direct}
+  - {name: ex.fan, type: fanout}
+queues:
+  - name: q.work
+    visibility_timeout: 180s
+    batch_size: 10
+    max_receives: 3
+    dead_letter: {queue: q.work.dlq, exchange: ex.dlx, routing_key: dlq.q.work, retention: 336h}
+  - name: q.realtime
+  - name: q.events.fifo
+    fifo: true
+    dead_letter: {queue: q.events-dlq.fifo}
+bindings:
+  - {exchange: ex.topic, queue: q.work, routing_key: work.do}
+  - {exchange: ex.topic, queue: q.realtime, routing_key: "realtime.session.*"}
+  - {exchange: ex.topic, queue: q.realtime, routing_key: "realtime.user.*"}
+  - {exchange: ex.dlx, queue: q.work.dlq, routing_key: dlq.q.work}
+  - {exchange: ex.fan, queue: q.work}
+  - {exchange: ex.fan, queue: q.realtime}
+`
+
+func TestParseAndRoute(t *testing.T) {
+	t.Parallel()
+	top, err := topology.Parse([]byte(sample))
+	require.NoError(t, err)
+
+	all := top.AllQueues()
+	require.Len(t, all, 5)
+	dlq, ok := top.Queue("q.work.dlq")
+	require.True(t, ok)
+	assert.Equal(t, "336h0m0s", dlq.Retention.String())
+	fifoDLQ, ok := top.Queue("q.events-dlq.fifo")
+	require.True(t, ok)
+	assert.True(t, fifoDLQ.FIFO)
+	assert.Equal(t, "dlq.q.work", top.Queues[0].DeadLetter.DeadLetterRoutingKey())
+	assert.Equal(t, "q.events-dlq.fifo", top.Queues[2].DeadLetter.DeadLetterRoutingKey())
+
+	assert.Equal(t, []string{"q.work"}, top.Route("ex.topic", "work.do"))
+	assert.Equal(t, []string{"q.realtime"}, top.Route("ex.topic", "realtime.session.delta"))
+	assert.Empty(t, top.Route("ex.topic", "realtime.document.x"))
+	assert.Equal(t, []string{"q.work.dlq"}, top.Route("ex.dlx", "dlq.q.work"))
+	assert.Empty(t, top.Route("ex.dlx", "dlq.q.other"))
+	assert.Equal(t, []string{"q.work", "q.realtime"}, top.Route("ex.fan", "ignored"))
+	assert.Empty(t, top.Route("no.such.exchange", "work.do"))
+}
+
+func TestValidateReportsEveryProblemWithPath(t *testing.T) {
+	t.Parallel()
+	_, err := topology.Parse([]byte(`
+name: ""
+exchanges:
+  - {name: amq.mine, type: headers}
+  - {name: ex, type: direct}
+  - {name: ex, type: direct}
+queues:
+  - name: "bad name!"
+    visibility_timeout: 13h
+    batch_size: 11
+    max_receives: 3
+  - name: events
+    fifo: true
+    content_based_dedup: true
+  - name: loop
+    dead_letter: {queue: loop, exchange: nope}
+bindings:
+  - {exchange: missing, queue: ghost, routing_key: a.b}
+  - {exchange: ex, queue: loop, routing_key: "a.*"}
+`))
+	require.Error(t, err)
+	msg := err.Error()
+	for _, want := range []string{
+		"name: required",
+		`exchanges[0].name: "amq.mine"`,
+		`exchanges[0].type: "headers" is not one of topic, direct, fanout`,
+		`exchanges[2].name: "ex" declared twice`,
+		`queues[0].name: "bad name!"`,
+		"queues[0].visibility_timeout: 13h0m0s is out of range",
+		"queues[0].batch_size: 11 is out of range",
+		"queues[0].max_receives: set without a dead_letter queue",
+		`queues[1].name: "events": a queue's name ends in .fifo exactly when it is FIFO`,
+		"queues[2].dead_letter.queue: a queue cannot be its own dead-letter queue",
+		`queues[2].dead_letter.exchange: "nope" is not a declared exchange`,
+		`bindings[0].exchange: "missing" is not a declared exchange`,
+		`bindings[0].queue: "ghost" is not a declared queue`,
+		`bindings[1].routing_key: "a.*": wildcards only work on topic exchanges`,
+	} {
+		assert.Contains(t, msg, want)
+	}
+	assert.GreaterOrEqual(t, strings.Count(msg, "\n")+1, 14)
+}
+
+func TestUnknownKeyIsAnError(t *testing.T) {
+	t.Parallel()
+	_, err := topology.Parse([]byte("name: x\nqueues:\n  - name: q\n    visibilty_timeout: 30s\n"))
+	require.ErrorContains(t, err, "visibilty_timeout")
+}
+
+func TestPlanString(t *testing.T) {
+	t.Parallel()
+	assert.Equal(t, "in sync: nothing to change\n", topology.Plan{}.String())
+	p := topology.Plan{
+		{Kind: topology.Differs, Object: "queue q", Attribute: "VisibilityTimeout", Want: "180", Have: "30"},
+		{Kind: topology.Missing, Object: "queue a"},
+		{Kind: topology.Extra, Object: "binding ex -> q (x.y)"},
+	}
+	p.Sort()
+	s := p.String()
+	assert.Contains(t, s, "+ queue a")
+	assert.Contains(t, s, "~ queue q: VisibilityTimeout: declared 180, live 30")
+	assert.Contains(t, s, "- binding ex -> q (x.y) (not declared; left alone)")
+	assert.Contains(t, s, "3 change(s)")
+	assert.False(t, p.InSync())
+}
