@@ -11,7 +11,7 @@ GOLANGCI_VERSION := v2.15.0
 TEST_TIMEOUT ?= 30m
 COMPOSE   := docker compose -f compose/docker-compose.yml
 
-.PHONY: all build run test test-short services services-stop lint fmt up down clean help
+.PHONY: definitions all build run test test-short services services-stop lint fmt up down clean help
 
 all: build
 
@@ -19,7 +19,7 @@ help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 build: ## build bin/eventpipe
-	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./app/cmd/eventpipe
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./app/cmd/eventpipe
 
 run: build ## run the demo on the embedded memory broker (no services needed); Ctrl-C to stop
 	EVENTPIPE_CONFIG= EVENTPIPE_BROKER=memory EVENTPIPE_DEMO_ENABLED=true ./$(BIN) serve
@@ -45,6 +45,9 @@ lint: $(GOLANGCI) ## go vet + golangci-lint v2
 
 fmt: ## gofmt the tree
 	gofmt -w $$(git ls-files '*.go')
+
+definitions: ## regenerate compose/rabbitmq/definitions.json from config/topology/*.yaml
+	$(GO) run ./app/cmd/eventpipe topology export $(addprefix -f ,$(sort $(wildcard config/topology/*.yaml))) > compose/rabbitmq/definitions.json
 
 up: ## start RabbitMQ, PostgreSQL and the SQS emulator with docker compose (needs a Docker engine)
 	$(COMPOSE) up -d --wait

@@ -4,6 +4,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 
@@ -12,6 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/eventpipe/eventpipe/app/broker/rabbitmq"
+	"github.com/eventpipe/eventpipe/app/topology"
 	"github.com/eventpipe/eventpipe/config"
 )
 
@@ -47,7 +50,7 @@ func TestComposeServices(t *testing.T) {
 	t.Parallel()
 	project := loadProject(t)
 	assert.Equal(t, "eventpipe", project.Name)
-	assert.ElementsMatch(t, []string{"rabbitmq", "postgres", "sqs"}, project.ServiceNames())
+	assert.ElementsMatch(t, []string{"rabbitmq", "rabbitmq-topology", "postgres", "sqs"}, project.ServiceNames())
 
 	tests := []struct {
 		service string
@@ -202,4 +205,32 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// compose/rabbitmq/definitions.json must be what `eventpipe topology export`
+// makes of config/topology/ today: regenerate it with `make definitions`.
+func TestRabbitMQDefinitionsAreCurrent(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("../config/topology/*.yaml")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	sort.Strings(files)
+	var tops []topology.Topology
+	for _, f := range files {
+		top, err := topology.Load(f)
+		require.NoError(t, err, f)
+		tops = append(tops, top)
+	}
+	merged, err := topology.Merge("eventpipe", tops...)
+	require.NoError(t, err)
+	want, err := rabbitmq.ExportDefinitions(merged, "/")
+	require.NoError(t, err)
+	got, err := os.ReadFile("rabbitmq/definitions.json")
+	require.NoError(t, err)
+	assert.Equal(t, string(want)+"\n", string(got), "compose/rabbitmq/definitions.json is stale: run `make definitions`")
+
+	project := loadProject(t)
+	svc, ok := project.Services["rabbitmq-topology"]
+	require.True(t, ok, "the one-shot import service")
+	assert.Contains(t, svc.Command, "/definitions.json")
 }

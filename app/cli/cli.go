@@ -61,11 +61,14 @@ EVENTPIPE_* environment variables; switch brokers with EVENTPIPE_BROKER.`,
 	root.PersistentFlags().StringVarP(&e.configPath, "config", "c", lookup(environ, "EVENTPIPE_CONFIG"),
 		"YAML configuration file (env EVENTPIPE_CONFIG); defaults and EVENTPIPE_* variables apply without one")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(e.serveCmd(), e.publishCmd(), versionCmd())
+	root.AddCommand(e.serveCmd(), e.publishCmd(), e.topologyCmd(), versionCmd())
 
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return ExitOK
+	}
+	if errors.Is(err, errDrift) {
+		return ExitFailure
 	}
 	_, _ = fmt.Fprintln(stderr, "eventpipe:", err)
 	var ue usageError

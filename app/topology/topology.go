@@ -72,8 +72,9 @@ type Queue struct {
 	ReceiveWait time.Duration `yaml:"receive_wait,omitempty"`
 	// DeliveryDelay holds every new message back this long (SQS DelaySeconds).
 	DeliveryDelay time.Duration `yaml:"delivery_delay,omitempty"`
-	// Encryption is "" (none) or "sse-sqs" (SQS-managed server-side
-	// encryption).
+	// Encryption is "sse-sqs" (SQS-managed server-side encryption) or ""
+	// (not managed: the queue keeps what it has, so a key missing from a file
+	// never turns encryption off on a live queue).
 	Encryption string `yaml:"encryption,omitempty"`
 	// BatchSize is how many messages a consumer takes at once: SQS receive
 	// batch size, RabbitMQ prefetch.
@@ -133,6 +134,19 @@ func Parse(data []byte) (Topology, error) {
 	return t, nil
 }
 
+// Merge combines several spec topologies into one named name (e.g. to export
+// one RabbitMQ definitions file for a broker that serves them all) and
+// validates the result: a name declared by two specs is an error.
+func Merge(name string, tops ...Topology) (Topology, error) {
+	out := Topology{Name: name}
+	for _, t := range tops {
+		out.Exchanges = append(out.Exchanges, t.Exchanges...)
+		out.Queues = append(out.Queues, t.Queues...)
+		out.Bindings = append(out.Bindings, t.Bindings...)
+	}
+	return out, out.Validate()
+}
+
 // Queue returns the queue named name (dead-letter queues included).
 func (t Topology) Queue(name string) (Queue, bool) {
 	for _, q := range t.AllQueues() {
@@ -169,8 +183,24 @@ func (d DeadLetter) DeadLetterRoutingKey() string {
 	return d.Queue
 }
 
+// AllBindings returns the declared bindings followed by the ones each
+// dead-letter queue implies: its dead-letter exchange to it, by its routing key.
+func (t Topology) AllBindings() []Binding {
+	out := slices.Clone(t.Bindings)
+	for _, q := range t.Queues {
+		if d := q.DeadLetter; d != nil && d.Exchange != "" {
+			b := Binding{Exchange: d.Exchange, Queue: d.Queue, Pattern: d.DeadLetterRoutingKey()}
+			if !slices.Contains(out, b) {
+				out = append(out, b)
+			}
+		}
+	}
+	return out
+}
+
 // Route says where a message published to exchange with routingKey lands:
-// the names of the bound queues, in declaration order, each once.
+// the names of the bound queues (dead-letter bindings included), in
+// declaration order, each once.
 func (t Topology) Route(exchange, routingKey string) []string {
 	var kind string
 	for _, e := range t.Exchanges {
@@ -179,7 +209,7 @@ func (t Topology) Route(exchange, routingKey string) []string {
 		}
 	}
 	var out []string
-	for _, b := range t.Bindings {
+	for _, b := range t.AllBindings() {
 		if b.Exchange != exchange || slices.Contains(out, b.Queue) {
 			continue
 		}
@@ -319,7 +349,8 @@ func validateQueueName(add func(string, string, ...any), path, name string, fifo
 		add(path, "%q is longer than 80 characters (SQS's limit)", name)
 	}
 	for _, c := range name {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+		portable := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.'
+		if !portable {
 			add(path, "%q: only letters, digits, '-', '_' and '.' work on every broker", name)
 			break
 		}

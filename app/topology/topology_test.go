@@ -58,7 +58,6 @@ bindings:
   - {exchange: ex.topic, queue: q.work, routing_key: work.do}
   - {exchange: ex.topic, queue: q.realtime, routing_key: "realtime.session.*"}
   - {exchange: ex.topic, queue: q.realtime, routing_key: "realtime.user.*"}
-  - {exchange: ex.dlx, queue: q.work.dlq, routing_key: dlq.q.work}
   - {exchange: ex.fan, queue: q.work}
   - {exchange: ex.fan, queue: q.realtime}
 `
@@ -82,7 +81,9 @@ func TestParseAndRoute(t *testing.T) {
 	assert.Equal(t, []string{"q.work"}, top.Route("ex.topic", "work.do"))
 	assert.Equal(t, []string{"q.realtime"}, top.Route("ex.topic", "realtime.session.delta"))
 	assert.Empty(t, top.Route("ex.topic", "realtime.document.x"))
+	// The dead-letter binding is implied by q.work's dead_letter block.
 	assert.Equal(t, []string{"q.work.dlq"}, top.Route("ex.dlx", "dlq.q.work"))
+	assert.Contains(t, top.AllBindings(), topology.Binding{Exchange: "ex.dlx", Queue: "q.work.dlq", Pattern: "dlq.q.work"})
 	assert.Empty(t, top.Route("ex.dlx", "dlq.q.other"))
 	assert.Equal(t, []string{"q.work", "q.realtime"}, top.Route("ex.fan", "ignored"))
 	assert.Empty(t, top.Route("no.such.exchange", "work.do"))

@@ -1,0 +1,96 @@
+package cli_test
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventpipe/eventpipe/app/cli"
+	"github.com/eventpipe/eventpipe/app/internal/testenv"
+)
+
+var specFiles = []string{"-f", specs + "interviews.yaml", "-f", specs + "disputes.yaml", "-f", specs + "stackup.yaml", "-f", specs + "booking.yaml", "-f", specs + "joinlink.yaml"}
+
+func topologyArgs(verb string) []string {
+	return append([]string{"topology", verb}, specFiles...)
+}
+
+// Every spec provisions on RabbitMQ from the command line; plan is in sync
+// afterwards, and apply twice changes nothing.
+func TestTopologyApplyPlanOnRabbitMQ(t *testing.T) {
+	t.Parallel()
+	url := testenv.RabbitMQURL(t)
+	vhost := "ep-cli-" + strings.ToLower(time.Now().Format("150405.000000"))
+	rabbitmqctl(t, "add_vhost", vhost)
+	t.Cleanup(func() { rabbitmqctl(t, "delete_vhost", vhost) })
+	rabbitmqctl(t, "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+	environ := []string{"EVENTPIPE_BROKER=rabbitmq", "EVENTPIPE_RABBITMQ_URL=" + strings.TrimSuffix(url, "/") + "/" + vhost}
+
+	r := run(t, environ, topologyArgs("plan")...)
+	assert.Equal(t, cli.ExitFailure, r.code, "plan before apply must report drift: %s", r.stderr)
+	assert.Contains(t, r.stdout, "+ queue ai.generate.questions")
+
+	for range 2 {
+		r = run(t, environ, topologyArgs("apply")...)
+		require.Equal(t, cli.ExitOK, r.code, r.stdout+r.stderr)
+		assert.Contains(t, r.stdout, "rabbitmq: stackup applied")
+	}
+	r = run(t, environ, topologyArgs("plan")...)
+	require.Equal(t, cli.ExitOK, r.code, r.stdout+r.stderr)
+	assert.Equal(t, 5, strings.Count(r.stdout, "in sync: nothing to change"), r.stdout)
+	assert.Contains(t, r.stdout, "note: queue interview-completed:", "classic queues cannot enforce max_receives natively")
+}
+
+// Every spec provisions on SQS from the command line; a queue changed behind
+// its back shows up in plan (exit 1) and apply puts it back.
+func TestTopologyApplyPlanDriftOnSQS(t *testing.T) {
+	endpoint := testenv.SQSEndpoint(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	environ := []string{"EVENTPIPE_BROKER=sqs", "EVENTPIPE_SQS_ENDPOINT=" + endpoint, "EVENTPIPE_SQS_REGION=" + testenv.SQSRegion}
+
+	r := run(t, environ, topologyArgs("apply")...)
+	require.Equal(t, cli.ExitOK, r.code, r.stdout+r.stderr)
+	r = run(t, environ, topologyArgs("plan")...)
+	require.Equal(t, cli.ExitOK, r.code, r.stdout+r.stderr)
+	assert.Equal(t, 5, strings.Count(r.stdout, "in sync: nothing to change"), r.stdout)
+
+	// Drift: someone shortens the interviews queue's visibility timeout.
+	ctx := context.Background()
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(testenv.SQSRegion),
+		awsconfig.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("test", "test", "")))
+	require.NoError(t, err)
+	client := sqs.NewFromConfig(awsCfg, func(o *sqs.Options) { o.BaseEndpoint = aws.String(endpoint) })
+	url, err := client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String("interview-completed")})
+	require.NoError(t, err)
+	_, err = client.SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{
+		QueueUrl:   url.QueueUrl,
+		Attributes: map[string]string{string(types.QueueAttributeNameVisibilityTimeout): "30"},
+	})
+	require.NoError(t, err)
+
+	r = run(t, environ, "topology", "plan", "-f", specs+"interviews.yaml")
+	assert.Equal(t, cli.ExitFailure, r.code)
+	assert.Contains(t, r.stdout, "VisibilityTimeout: declared 180, live 30")
+
+	r = run(t, environ, "topology", "apply", "-f", specs+"interviews.yaml")
+	require.Equal(t, cli.ExitOK, r.code, r.stdout+r.stderr)
+	r = run(t, environ, "topology", "plan", "-f", specs+"interviews.yaml")
+	assert.Equal(t, cli.ExitOK, r.code, r.stdout)
+}
+
+func rabbitmqctl(t *testing.T, args ...string) {
+	t.Helper()
+	out, err := exec.Command("rabbitmqctl", args...).CombinedOutput()
+	require.NoError(t, err, "rabbitmqctl %v: %s", args, out)
+}
