@@ -18,10 +18,12 @@ type Deps struct {
 // outermost first:
 //
 //  1. Correlation: every message has a trace id, in its context and on what it produces.
-//  2. Observe: one log line and the metrics per message, after all retries.
-//  3. Retry: in-process retries with exponential backoff and jitter; never
-//     retries a handler cut short by shutdown (the message is nacked and
-//     redelivered instead).
+//  2. Observe: one log line and the metrics per message, after all retries;
+//     a duplicate (failure.Duplicate) is acknowledged here without effect.
+//  3. Retry: in-process retries of transient failures with exponential
+//     backoff and jitter (and a transient error's retry-after); permanent and
+//     duplicate failures, and a handler cut short by shutdown, are not
+//     retried (the message is nacked and redelivered, or acked if duplicate).
 //  4. Recoverer: a panicking handler becomes an error, never a crash.
 func Chain(d Deps) []message.HandlerMiddleware {
 	retry := Retry{

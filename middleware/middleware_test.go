@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/eventpipe/eventpipe/app/failure"
 	"github.com/eventpipe/eventpipe/middleware"
 )
 
@@ -124,4 +126,59 @@ func TestChainDoesNotRetryShutdown(t *testing.T) {
 	_, err := h(withRoute(message.NewMessage("1", nil)))
 	require.ErrorIs(t, err, context.Canceled)
 	assert.Equal(t, 1, calls)
+}
+
+func TestRetryOnlyRetriesTransientFailures(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]struct {
+		err       error
+		wantCalls int
+	}{
+		"unclassified is transient": {errors.New("db reset"), 3},
+		"transient":                 {failure.AsTransient(errors.New("429"), 0), 3},
+		"permanent":                 {failure.Permanentf("schema: %w", errors.New("missing id")), 1},
+		"duplicate":                 {failure.AsDuplicate(errors.New("seen")), 1},
+	} {
+		calls := 0
+		r := middleware.Retry{MaxRetries: 2, InitialInterval: time.Millisecond, MaxInterval: time.Millisecond, Multiplier: 1}
+		_, err := r.Middleware(func(*message.Message) ([]*message.Message, error) {
+			calls++
+			return nil, c.err
+		})(message.NewMessage("1", nil))
+		assert.ErrorIs(t, err, c.err, name)
+		assert.Equal(t, c.wantCalls, calls, name)
+	}
+}
+
+func TestRetryHonoursRetryAfter(t *testing.T) {
+	t.Parallel()
+	var waits []time.Duration
+	r := middleware.Retry{
+		MaxRetries: 1, InitialInterval: time.Millisecond, MaxInterval: time.Millisecond, Multiplier: 1,
+		OnRetry: func(_ *message.Message, _ int, wait time.Duration, _ error) { waits = append(waits, wait) },
+	}
+	_, _ = r.Middleware(func(*message.Message) ([]*message.Message, error) {
+		return nil, failure.AsTransient(errors.New("429"), 50*time.Millisecond)
+	})(message.NewMessage("1", nil))
+	assert.Equal(t, []time.Duration{50 * time.Millisecond}, waits)
+}
+
+func TestDuplicateIsAcknowledgedWithoutRetry(t *testing.T) {
+	t.Parallel()
+	m := middleware.NewMetrics(prometheus.NewRegistry())
+	chain := middleware.Chain(middleware.Deps{Logger: slog.New(slog.DiscardHandler), Metrics: m})
+	calls := 0
+	var h message.HandlerFunc = func(*message.Message) ([]*message.Message, error) {
+		calls++
+		return nil, failure.AsDuplicate(errors.New("processed_messages row exists"))
+	}
+	for i := len(chain) - 1; i >= 0; i-- {
+		h = chain[i](h)
+	}
+	_, err := h(message.NewMessage("1", nil))
+	require.NoError(t, err, "a duplicate is acked")
+	assert.Equal(t, 1, calls)
+	labels := prometheus.Labels{"queue": "", "handler": ""}
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.Duplicates.With(labels)))
+	assert.Equal(t, 0.0, testutil.ToFloat64(m.Failed.With(labels)))
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/eventpipe/eventpipe/app/failure"
 )
 
 // Metrics are the per-queue message counters and the handler latency that
@@ -17,6 +19,7 @@ type Metrics struct {
 	Failed       *prometheus.CounterVec
 	Retried      *prometheus.CounterVec
 	DeadLettered *prometheus.CounterVec
+	Duplicates   *prometheus.CounterVec
 	Duration     *prometheus.HistogramVec
 }
 
@@ -40,13 +43,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "eventpipe", Name: "messages_dead_lettered_total",
 			Help: "Messages moved to a dead-letter queue by eventpipe.",
 		}, labels),
+		Duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "eventpipe", Name: "messages_duplicate_total",
+			Help: "Deliveries whose effect had already happened (acked without effect).",
+		}, labels),
 		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "eventpipe", Name: "handler_duration_seconds",
 			Help:    "Time spent in a handler, retries included.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
 		}, labels),
 	}
-	reg.MustRegister(m.Handled, m.Failed, m.Retried, m.DeadLettered, m.Duration)
+	reg.MustRegister(m.Handled, m.Failed, m.Retried, m.DeadLettered, m.Duplicates, m.Duration)
 	return m
 }
 
@@ -58,7 +65,8 @@ func labelsOf(msg *message.Message) prometheus.Labels {
 }
 
 // Observe logs the outcome of every message (with its message id, trace id,
-// queue and handler) and records it in m.
+// queue and handler) and records it in m. A duplicate (failure.Duplicate) is
+// acknowledged here: its effect already happened.
 func Observe(logger *slog.Logger, m *Metrics) message.HandlerMiddleware {
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
@@ -75,8 +83,15 @@ func Observe(logger *slog.Logger, m *Metrics) message.HandlerMiddleware {
 				slog.String("handler", labels["handler"]),
 				slog.Duration("took", elapsed),
 			}
+			if err != nil && failure.Of(err) == failure.Duplicate {
+				// The effect already happened: acknowledge, change nothing.
+				m.Duplicates.With(labels).Inc()
+				logger.LogAttrs(msg.Context(), slog.LevelInfo, "duplicate delivery, acknowledged without effect", append(attrs, slog.Any("reason", err))...)
+				return nil, nil
+			}
 			if err != nil {
 				m.Failed.With(labels).Inc()
+				attrs = append(attrs, slog.String("error_class", failure.Of(err).String()))
 				logger.LogAttrs(msg.Context(), levelFor(err), "message failed", append(attrs, slog.Any("error", err))...)
 				return produced, err
 			}

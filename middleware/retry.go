@@ -7,6 +7,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/cenkalti/backoff/v5"
+
+	"github.com/eventpipe/eventpipe/app/failure"
 )
 
 // Retry re-runs a failed handler in process with exponential backoff and
@@ -30,9 +32,11 @@ type Retry struct {
 	OnRetry func(msg *message.Message, retry int, wait time.Duration, err error)
 }
 
-// Middleware returns the handler wrapped with retries. A failure caused by
-// cancellation (shutdown) is returned at once: the message goes back to the
-// broker instead.
+// Middleware returns the handler wrapped with retries. Only transient
+// failures are retried (see package failure): a permanent or duplicate one is
+// returned at once, and so is a failure caused by cancellation (shutdown) —
+// the message goes back to the broker instead. A transient error asking for
+// a later retry (failure.AsTransient with retryAfter) waits at least that long.
 func (r Retry) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		// Each attempt starts from the original context: a previous attempt
@@ -48,10 +52,11 @@ func (r Retry) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		for retry := 0; ; retry++ {
 			msg.SetContext(ctx)
 			produced, err := h(msg)
-			if err == nil || retry >= r.MaxRetries || errors.Is(err, context.Canceled) || ctx.Err() != nil {
+			if err == nil || retry >= r.MaxRetries || failure.Of(err) != failure.Transient ||
+				errors.Is(err, context.Canceled) || ctx.Err() != nil {
 				return produced, err
 			}
-			wait := b.NextBackOff()
+			wait := max(b.NextBackOff(), failure.RetryAfter(err))
 			if r.OnRetry != nil {
 				r.OnRetry(msg, retry+1, wait, err)
 			}

@@ -31,6 +31,12 @@ type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
+// AttemptKey is the metadata key every adapter sets on a delivered message:
+// the number of earlier deliveries of that message, starting at 0 — from SQS's
+// ApproximateReceiveCount, the Postgres broker's attempts column, RabbitMQ's
+// x-delivery-count / x-death. A publisher's value is never trusted.
+const AttemptKey = "x-attempt"
+
 // MaxPayloadBytes is the largest message body eventpipe accepts on any broker:
 // SQS's limit (1 MiB), applied everywhere so that the same code behaves the same
 // on every broker. Larger payloads need a claim check.
