@@ -13,6 +13,12 @@
 // Order is publish order for a single subscriber that never nacks; competing
 // subscribers interleave.
 //
+// Every delivered message carries broker.AttemptKey, the number of its
+// earlier deliveries that ended in a nack, from the row's attempts column; a
+// publisher's value is dropped on publish and never delivered. A delivery
+// rolled back instead (crash, lost connection, ack deadline, Close) is not
+// counted, since the count is kept in the claim's transaction.
+//
 // watermill-sql's own adapters were measured and not used as they are.
 // BenchmarkConsume: 1,000 queued messages, subscribers in separate pools (as
 // separate processes would be), batch 10, 100 ms polls, 2 cores shared with
@@ -68,7 +74,9 @@
 //
 // # Tables
 //
-// Each topic's table is Schema.TablePrefix+topic. With AutoInitializeSchema
+// Each topic's table is Schema.TablePrefix+topic. Its attempts,
+// first_failed_at and last_failed_at columns are updated on every nack; a
+// table created before they existed is not altered and must be recreated. With AutoInitializeSchema
 // the schema and table are created on first use (this needs CREATE rights);
 // without it they must exist already, created by SubscribeInitialize (which
 // provisioning and migrations call), and a missing table is reported as such.

@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"strconv"
 	"sync"
 	"time"
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/eventpipe/eventpipe/app/broker"
 )
 
 // maxIdentifierBytes is PostgreSQL's NAMEDATALEN-1. Longer names are silently
@@ -74,8 +77,15 @@ func (s queueSchema) initLockKey() int64 {
 // in one transaction (RequiresTransaction) so the advisory lock covers them.
 //
 // available_at is what makes a nack a real redelivery: the row is pushed into
-// the future and any subscriber may claim it again. The attempts counter and
-// max-attempts dead-lettering will join it here.
+// the future and any subscriber may claim it again. attempts counts the nacks
+// of the row, which is what a delivery sees as broker.AttemptKey;
+// first_failed_at and last_failed_at are the times of its first and latest
+// nack (NULL until then), for dead-letter reasons. Max-attempts
+// dead-lettering will join them here.
+//
+// CREATE TABLE IF NOT EXISTS leaves an existing table as it is: a table made
+// before these columns existed must be recreated or altered by hand (tests
+// use a schema per run, so they always get the current shape).
 func (s queueSchema) SchemaInitializingQueries(params wsql.SchemaInitializingQueriesParams) ([]wsql.Query, error) {
 	if err := s.checkTopic(params.Topic); err != nil {
 		return nil, err
@@ -89,7 +99,10 @@ func (s queueSchema) SchemaInitializingQueries(params wsql.SchemaInitializingQue
 			payload      BYTEA NOT NULL,
 			metadata     JSON NOT NULL,
 			created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
-			available_at TIMESTAMPTZ NOT NULL DEFAULT now()
+			available_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+			attempts     INTEGER NOT NULL DEFAULT 0,
+			first_failed_at TIMESTAMPTZ,
+			last_failed_at  TIMESTAMPTZ
 		)`},
 	}, nil
 }
@@ -101,7 +114,9 @@ func (s queueSchema) RequiresTransaction() bool { return true }
 // InsertQuery inserts all messages with one statement and three array
 // parameters, so a batch of any size stays under PostgreSQL's 65,535-parameter
 // limit and commits atomically. WITH ORDINALITY keeps the offsets in publish
-// order.
+// order. A publisher's broker.AttemptKey is not stored: the attempt number is
+// the row's, set on delivery, and a handler that republishes a received
+// message's metadata must not carry its count into the new message.
 func (s queueSchema) InsertQuery(params wsql.InsertQueryParams) (wsql.Query, error) {
 	uuids := make([]string, len(params.Msgs))
 	payloads := make([][]byte, len(params.Msgs))
@@ -110,6 +125,9 @@ func (s queueSchema) InsertQuery(params wsql.InsertQueryParams) (wsql.Query, err
 		md := m.Metadata
 		if md == nil {
 			md = message.Metadata{}
+		}
+		if _, ok := md[broker.AttemptKey]; ok {
+			md = withoutKey(md, broker.AttemptKey)
 		}
 		b, err := json.Marshal(md)
 		if err != nil {
@@ -126,6 +144,18 @@ func (s queueSchema) InsertQuery(params wsql.InsertQueryParams) (wsql.Query, err
 			ORDER BY n`,
 		Args: []any{uuids, payloads, metadata},
 	}, nil
+}
+
+// withoutKey is a copy of md without key; the publisher's message is left as
+// it is.
+func withoutKey(md message.Metadata, key string) message.Metadata {
+	out := make(message.Metadata, len(md))
+	for k, v := range md {
+		if k != key {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // nonNil keeps an empty payload from becoming SQL NULL.
@@ -145,7 +175,7 @@ func (s queueSchema) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, err
 	}
 	// clock_timestamp, not now(): now() is the start of this transaction, which
 	// can precede the insert of a row that is already committed and visible.
-	return wsql.Query{Query: fmt.Sprintf(`SELECT "offset", uuid, payload, metadata
+	return wsql.Query{Query: fmt.Sprintf(`SELECT "offset", uuid, payload, metadata, attempts
 		FROM %s
 		WHERE available_at <= clock_timestamp()
 		ORDER BY "offset"
@@ -153,13 +183,18 @@ func (s queueSchema) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, err
 		FOR UPDATE SKIP LOCKED`, s.table(params.Topic), s.batchSize)}, nil
 }
 
-// UnmarshalMessage turns a claimed row into a message.
+// UnmarshalMessage turns a claimed row into a message. broker.AttemptKey is
+// set from the row's attempts column, over whatever the metadata holds: the
+// number of earlier deliveries that ended in a nack. A delivery that ended
+// without a settlement (a crash, a lost connection, an expired ack deadline,
+// Close) is not counted: its increment would roll back with the claim.
 func (s queueSchema) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsql.Row, error) {
 	var (
-		r    wsql.Row
-		uuid string
+		r        wsql.Row
+		uuid     string
+		attempts int64
 	)
-	if err := params.Row.Scan(&r.Offset, &uuid, &r.Payload, &r.Metadata); err != nil {
+	if err := params.Row.Scan(&r.Offset, &uuid, &r.Payload, &r.Metadata, &attempts); err != nil {
 		return wsql.Row{}, fmt.Errorf("scan message row: %w", err)
 	}
 	r.UUID = []byte(uuid)
@@ -173,6 +208,7 @@ func (s queueSchema) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsql.
 	if md != nil {
 		msg.Metadata = md
 	}
+	msg.Metadata.Set(broker.AttemptKey, strconv.FormatInt(attempts, 10))
 	r.Msg = msg
 	return r, nil
 }
@@ -229,12 +265,15 @@ func (a queueOffsets) AckMessageQuery(params wsql.AckMessageQueryParams) (wsql.Q
 			Args:  []any{acked},
 		}, nil
 	}
-	// The seam for max attempts: counting this attempt and moving the row to a
-	// dead-letter table belongs in this UPDATE.
+	// A nack counts one attempt and stamps the failure times. The seam for max
+	// attempts: moving the row to a dead-letter table belongs in this UPDATE.
 	return wsql.Query{
 		Query: `WITH redeliver AS (
 				UPDATE ` + table + `
-				SET available_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
+				SET available_at = clock_timestamp() + $3::bigint * interval '1 microsecond',
+					attempts = attempts + 1,
+					first_failed_at = coalesce(first_failed_at, clock_timestamp()),
+					last_failed_at = clock_timestamp()
 				WHERE "offset" = ANY($2)
 			)
 			DELETE FROM ` + table + ` WHERE "offset" = ANY($1)`,

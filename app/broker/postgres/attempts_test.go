@@ -1,0 +1,96 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/broker/brokertest"
+	"github.com/eventpipe/eventpipe/app/broker/postgres"
+)
+
+// broker.AttemptKey on a delivery is the number of earlier deliveries of that
+// message, from 0; a publisher's value is neither stored nor delivered, and a
+// republished message's count starts again.
+func TestAttemptCounts(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.RedeliveryDelay = 100 * time.Millisecond
+	ps := newPubSub(t, cfg)
+	topic := brokertest.Topic(t)
+	republished := topic + "_again"
+
+	retried := message.NewMessage(watermill.NewUUID(), []byte("nacked twice"))
+	once := message.NewMessage(watermill.NewUUID(), []byte("acked at once"))
+	forged := message.NewMessage(watermill.NewUUID(), []byte("publisher sets x-attempt"))
+	forged.Metadata.Set(broker.AttemptKey, "5")
+	require.NoError(t, ps.Publish(topic, retried, once, forged))
+	assert.Equal(t, "5", forged.Metadata.Get(broker.AttemptKey), "the publisher's message is not changed")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, cfg.DSN)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	table := pgx.Identifier{cfg.Schema, postgres.DefaultTablePrefix + topic}.Sanitize()
+
+	var stored string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT metadata::text FROM `+table+` WHERE uuid = $1`, forged.UUID).Scan(&stored))
+	assert.NotContains(t, stored, broker.AttemptKey, "a publisher's attempt number is not stored")
+
+	msgs, err := ps.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	seen := map[string][]string{}
+	for len(seen[retried.UUID]) < 3 {
+		m := receiveOne(t, msgs, 10*time.Second)
+		attempt := m.Metadata.Get(broker.AttemptKey)
+		seen[m.UUID] = append(seen[m.UUID], attempt)
+		if m.UUID != retried.UUID {
+			m.Ack()
+			continue
+		}
+		switch attempt {
+		case "0", "1":
+			m.Nack()
+		default:
+			// The row is still claimed; its failure columns are readable.
+			var (
+				attempts    int
+				first, last *time.Time
+			)
+			require.NoError(t, conn.QueryRow(ctx,
+				`SELECT attempts, first_failed_at, last_failed_at FROM `+table+` WHERE uuid = $1`,
+				retried.UUID).Scan(&attempts, &first, &last))
+			assert.Equal(t, 2, attempts)
+			if assert.NotNil(t, first) && assert.NotNil(t, last) {
+				assert.True(t, last.After(*first), "last failure %s after first %s", last, first)
+			}
+			// A handler that forwards the received metadata does not
+			// forward the count.
+			fwd := message.NewMessage(watermill.NewUUID(), m.Payload)
+			for k, v := range m.Metadata {
+				fwd.Metadata.Set(k, v)
+			}
+			require.NoError(t, ps.Publish(republished, fwd))
+			m.Ack()
+		}
+	}
+	assert.Equal(t, map[string][]string{
+		retried.UUID: {"0", "1", "2"},
+		once.UUID:    {"0"},
+		forged.UUID:  {"0"},
+	}, seen)
+
+	again, err := ps.Subscribe(ctx, republished)
+	require.NoError(t, err)
+	m := receiveOne(t, again, 10*time.Second)
+	m.Ack()
+	assert.Equal(t, "0", m.Metadata.Get(broker.AttemptKey), "a republished message starts at attempt 0")
+}
