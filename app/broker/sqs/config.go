@@ -75,6 +75,20 @@ type Config struct {
 	// policy moves it to the DLQ after maxReceiveCount deliveries).
 	NackVisibility time.Duration
 
+	// VisibilityTimeout is how long a received message stays invisible to
+	// other consumers, in whole seconds up to 12 h. While a message handed to
+	// the application is neither acked nor nacked, the subscription keeps
+	// extending it (ChangeMessageVisibilityBatch) by this much, a third of it
+	// after the last extension, so a handler that runs longer than the
+	// visibility timeout is not redelivered meanwhile. Default 0: the queue's
+	// own VisibilityTimeout, read once per Subscribe (GetQueueAttributes, so
+	// the sqs:GetQueueAttributes permission is needed); a non-zero value is
+	// also asked for on every ReceiveMessage, overriding the queue's. A queue
+	// whose timeout is 0 gets no heartbeat. Extending stops at ack, nack, and
+	// DrainTimeout after the end of the subscription; SQS itself refuses to
+	// extend past 12 h after the first receive.
+	VisibilityTimeout time.Duration
+
 	// DrainTimeout is how long the end of a subscription (Close, or the
 	// Subscribe context ending) waits for messages already handed to the
 	// application to be acked or nacked; their acks still delete them, and
@@ -157,6 +171,9 @@ func (c Config) Validate() error {
 	}
 	if c.NackVisibility < 0 || c.NackVisibility > maxVisibility || c.NackVisibility%time.Second != 0 {
 		add("nack visibility %s: want whole seconds, 0..%s", c.NackVisibility, maxVisibility)
+	}
+	if c.VisibilityTimeout < 0 || c.VisibilityTimeout > maxVisibility || c.VisibilityTimeout%time.Second != 0 {
+		add("visibility timeout %s: want whole seconds, 0..%s", c.VisibilityTimeout, maxVisibility)
 	}
 	if c.DrainTimeout < 0 {
 		add("drain timeout %s: must not be negative", c.DrainTimeout)

@@ -17,7 +17,9 @@ import (
 
 // ReceiveCountKey is the metadata key under which a received message carries
 // SQS's ApproximateReceiveCount: 1 on the first delivery. It describes one
-// delivery from one queue, so Marshaler does not send it on.
+// delivery from one queue, so Marshaler does not send it on. The attempt
+// number derived from it, broker.AttemptKey (ApproximateReceiveCount − 1), is
+// not sent on either.
 const ReceiveCountKey = "sqs_approximate_receive_count"
 
 // MaxMessageAttributes is SQS's limit on message attributes per message. The
@@ -55,7 +57,7 @@ var (
 func (Marshaler) Marshal(msg *message.Message) (*types.Message, error) {
 	attrs := make(map[string]types.MessageAttributeValue, len(msg.Metadata)+1)
 	for k, v := range msg.Metadata {
-		if v == "" || k == ReceiveCountKey {
+		if v == "" || k == ReceiveCountKey || k == broker.AttemptKey {
 			continue
 		}
 		attrs[attributeName(k)] = types.MessageAttributeValue{

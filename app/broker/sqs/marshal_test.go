@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/broker/sqs"
 )
 
@@ -40,11 +41,12 @@ func TestMarshalerRoundTrip(t *testing.T) {
 	}
 	msg.Metadata.Set("empty", "")
 	msg.Metadata.Set(sqs.ReceiveCountKey, "4")
+	msg.Metadata.Set(broker.AttemptKey, "3")
 
 	m, err := sqs.Marshaler{}.Marshal(msg)
 	require.NoError(t, err)
 	assert.Equal(t, `{"a":1}`, aws.ToString(m.Body))
-	assert.Len(t, m.MessageAttributes, len(keys)+1, "keys plus the UUID; empty values and the receive count are not sent")
+	assert.Len(t, m.MessageAttributes, len(keys)+1, "keys plus the UUID; empty values, the receive count and the attempt are not sent")
 	for name, v := range m.MessageAttributes {
 		assert.True(t, validName(name), "attribute name %q is not valid on SQS", name)
 		assert.Equal(t, "String", aws.ToString(v.DataType))

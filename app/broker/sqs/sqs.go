@@ -9,7 +9,10 @@
 // own: an ack deletes it (acks that arrive together are deleted together with
 // DeleteMessageBatch), a nack makes it visible again after
 // Config.NackVisibility, and one nack never holds back or gives up the rest of
-// its batch. watermill-aws's subscriber is not used because it receives one
+// its batch. While a message is handed out and unsettled, a heartbeat extends
+// its visibility (ChangeMessageVisibilityBatch), so a handler may run longer
+// than the visibility timeout. Every message carries broker.AttemptKey
+// (x-attempt), ApproximateReceiveCount − 1. watermill-aws's subscriber is not used because it receives one
 // message per call and abandons the rest of a batch on a nack.
 //
 // The emulator used in development and tests (fauxqs) is more lenient than

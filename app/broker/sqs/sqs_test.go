@@ -748,6 +748,9 @@ func TestConfigValidate(t *testing.T) {
 		"nack visibility over 12h": {NackVisibility: 13 * time.Hour},
 		"fractional visibility":    {NackVisibility: 500 * time.Millisecond},
 		"batch size negative":      {BatchSize: -1},
+		"visibility timeout frac":  {VisibilityTimeout: 1500 * time.Millisecond},
+		"visibility timeout neg":   {VisibilityTimeout: -time.Second},
+		"visibility timeout 13h":   {VisibilityTimeout: 13 * time.Hour},
 		"ftp endpoint":             {Endpoint: "ftp://example.com"},
 	} {
 		assert.Error(t, cfg.Validate(), name)

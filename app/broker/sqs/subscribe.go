@@ -13,12 +13,20 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/cenkalti/backoff/v5"
+
+	"github.com/eventpipe/eventpipe/app/broker"
 )
 
 // Subscribe returns the messages of topic's queue. Config.Workers receivers
 // long-poll the queue; every received message is handed out on its own, so a
 // consumer that handles messages concurrently (the Watermill router does) gets
 // a whole batch at once, and at most BatchSize×Workers are in flight.
+//
+// Every message carries broker.AttemptKey, the number of its earlier
+// deliveries (ApproximateReceiveCount − 1, so 0 on the first), and
+// ReceiveCountKey. Until it is acked or nacked, its visibility is extended
+// before half of the visibility timeout (Config.VisibilityTimeout, or the
+// queue's own, read here once) has passed, so a long handler keeps it.
 //
 // Ack deletes the message, Nack makes it visible again after
 // Config.NackVisibility. A message that cannot be unmarshaled is logged and
@@ -42,6 +50,11 @@ func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.M
 		p.subs.Done()
 		return nil, fmt.Errorf("subscribe %s: %w", topic, err)
 	}
+	visibility, err := p.queueVisibility(ctx, queueURL)
+	if err != nil {
+		p.subs.Done()
+		return nil, fmt.Errorf("subscribe %s: %w", topic, err)
+	}
 
 	s := &subscription{
 		p:        p,
@@ -56,6 +69,7 @@ func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.M
 		settle:    make(chan settleRequest),
 		drained:   make(chan struct{}),
 	}
+	s.heartbeat = newHeartbeat(s, visibility)
 	s.stop, s.stopNow = context.WithCancel(ctx)
 	for range cap(s.slots) {
 		s.slots <- struct{}{}
@@ -82,6 +96,9 @@ type subscription struct {
 	// drained closes DrainTimeout after stop: messages handed out and still
 	// unsettled are then left to their visibility timeout.
 	drained chan struct{}
+	// heartbeat extends the visibility of received messages until they are
+	// settled; nil when the queue's visibility timeout is 0.
+	heartbeat *heartbeat
 
 	workers    sync.WaitGroup
 	deliveries sync.WaitGroup
@@ -108,6 +125,7 @@ func (s *subscription) start() {
 	for range s.p.cfg.Workers {
 		go s.settleLoop()
 	}
+	s.heartbeat.start()
 	s.workers.Add(s.p.cfg.Workers)
 	for range s.p.cfg.Workers {
 		go s.receiveLoop()
@@ -123,6 +141,7 @@ func (s *subscription) shutdown() {
 	s.workers.Wait()
 	s.deliveries.Wait()
 	drainTimer.Stop()
+	s.heartbeat.stop()
 	close(s.settle)
 	s.settlers.Wait()
 	close(s.out)
@@ -147,7 +166,7 @@ func (s *subscription) receiveLoop() {
 		if n == 0 {
 			return
 		}
-		msgs, err := s.receive(n)
+		msgs, received, err := s.receive(n)
 		s.releaseSlots(n - len(msgs))
 		if err != nil {
 			if s.stop.Err() != nil {
@@ -166,7 +185,7 @@ func (s *subscription) receiveLoop() {
 		}
 		retry.Reset()
 		for i := range msgs {
-			s.dispatch(&msgs[i])
+			s.dispatch(&msgs[i], received)
 		}
 	}
 }
@@ -233,11 +252,13 @@ func (s *subscription) releaseSlots(n int) {
 // receive long-polls for up to n messages. The poll is not cancelled when the
 // subscription stops: an abandoned poll can still take messages, which would
 // then stay invisible for the queue's visibility timeout. What it brings after
-// the stop is released by dispatch.
-func (s *subscription) receive(n int) ([]types.Message, error) {
+// the stop is released by dispatch. It also returns the earliest time the
+// messages' visibility clock may have started, for the heartbeat.
+func (s *subscription) receive(n int) ([]types.Message, time.Time, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.stop), s.p.cfg.WaitTime+s.p.cfg.RequestTimeout)
 	defer cancel()
-	out, err := s.p.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+	sent := time.Now()
+	in := &sqs.ReceiveMessageInput{
 		QueueUrl:              aws.String(s.queueURL),
 		MaxNumberOfMessages:   int32(n),
 		WaitTimeSeconds:       int32(s.p.cfg.WaitTime / time.Second),
@@ -245,16 +266,24 @@ func (s *subscription) receive(n int) ([]types.Message, error) {
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{
 			types.MessageSystemAttributeNameApproximateReceiveCount,
 		},
-	})
-	if err != nil {
-		return nil, err
 	}
-	return out.Messages, nil
+	if s.p.cfg.VisibilityTimeout > 0 {
+		in.VisibilityTimeout = int32(s.p.cfg.VisibilityTimeout / time.Second)
+	}
+	out, err := s.p.client.ReceiveMessage(ctx, in)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	received := time.Now().Add(-receiveLatencyAllowance)
+	if received.Before(sent) {
+		received = sent
+	}
+	return out.Messages, received, nil
 }
 
 // dispatch hands one received message to a delivery goroutine, which owns its
 // slot from here on.
-func (s *subscription) dispatch(m *types.Message) {
+func (s *subscription) dispatch(m *types.Message, received time.Time) {
 	id := aws.ToString(m.MessageId)
 	handle := aws.ToString(m.ReceiptHandle)
 	if s.stop.Err() != nil {
@@ -274,11 +303,19 @@ func (s *subscription) dispatch(m *types.Message) {
 	if msg.Metadata == nil {
 		msg.Metadata = message.Metadata{}
 	}
+	// The attempt number comes from SQS alone: a value a publisher put in the
+	// attributes is never trusted.
+	attempt := 0
 	if count, ok := m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)]; ok {
 		msg.Metadata.Set(ReceiveCountKey, count)
+		if n, err := strconv.Atoi(count); err == nil && n > 1 {
+			attempt = n - 1
+		}
 	}
+	msg.Metadata.Set(broker.AttemptKey, strconv.Itoa(attempt))
 	ctx, cancel := context.WithCancel(s.msgParent)
 	msg.SetContext(ctx)
+	s.heartbeat.track(handle, id, received)
 	s.deliveries.Add(1)
 	go s.deliver(msg, id, handle, cancel)
 }
@@ -291,6 +328,7 @@ func (s *subscription) deliver(msg *message.Message, id, handle string, cancel c
 	select {
 	case s.out <- msg:
 	case <-s.stop.Done():
+		s.heartbeat.untrack(handle)
 		s.settleOne(settleRequest{receiptHandle: handle, messageID: id, visibility: 0})
 		return
 	}
@@ -300,6 +338,7 @@ func (s *subscription) deliver(msg *message.Message, id, handle string, cancel c
 	case <-msg.Nacked():
 	case <-s.drained:
 	}
+	s.heartbeat.untrack(handle)
 	switch {
 	case isDone(msg.Acked()):
 		s.settleOne(settleRequest{receiptHandle: handle, messageID: id, delete: true})

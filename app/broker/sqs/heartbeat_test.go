@@ -1,0 +1,241 @@
+package sqs_test
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/broker/brokertest"
+	"github.com/eventpipe/eventpipe/app/broker/sqs"
+)
+
+// queueWithVisibility creates a queue with the given visibility timeout, as
+// the topology would, and returns its name and URL.
+func queueWithVisibility(t *testing.T, c *awssqs.Client, seconds string) (string, string) {
+	t.Helper()
+	topic := brokertest.Topic(t)
+	out, err := c.CreateQueue(context.Background(), &awssqs.CreateQueueInput{
+		QueueName:  aws.String(topic),
+		Attributes: map[string]string{string(types.QueueAttributeNameVisibilityTimeout): seconds},
+	})
+	require.NoError(t, err)
+	return topic, aws.ToString(out.QueueUrl)
+}
+
+// receiveRaw receives up to one message of url as another consumer would,
+// waiting up to wait. (Asking the emulator for the queue's depth is no test of
+// visibility: it moves expired messages back only when someone receives.)
+func receiveRaw(t *testing.T, c *awssqs.Client, url string, wait int32) []types.Message {
+	t.Helper()
+	out, err := c.ReceiveMessage(context.Background(), &awssqs.ReceiveMessageInput{
+		QueueUrl:        aws.String(url),
+		WaitTimeSeconds: wait,
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{
+			types.MessageSystemAttributeNameApproximateReceiveCount,
+		},
+	})
+	require.NoError(t, err)
+	return out.Messages
+}
+
+// countingClient counts ChangeMessageVisibilityBatch calls (heartbeats and
+// nacks) and DeleteMessageBatch calls.
+type countingClient struct {
+	inner            aws.HTTPClient
+	extends, deletes atomic.Int32
+}
+
+func (c *countingClient) Do(r *http.Request) (*http.Response, error) {
+	switch r.Header.Get("X-Amz-Target") {
+	case "AmazonSQS.ChangeMessageVisibilityBatch":
+		c.extends.Add(1)
+	case "AmazonSQS.DeleteMessageBatch":
+		c.deletes.Add(1)
+	}
+	return c.inner.Do(r)
+}
+
+// x-attempt is the number of earlier deliveries: 0, 1, 2 for a message nacked
+// twice. A publisher's x-attempt is ignored, and neither it nor the receive
+// count is sent on when a handler republishes the metadata it received.
+func TestAttemptNumber(t *testing.T) {
+	t.Parallel()
+	ps := newPubSub(t, testConfig(t))
+	topic := brokertest.Topic(t)
+	require.NoError(t, ps.SubscribeInitialize(topic))
+	c := rawClient(t)
+	_, err := c.SendMessage(context.Background(), &awssqs.SendMessageInput{
+		QueueUrl:    aws.String(queueURL(t, c, topic)),
+		MessageBody: aws.String(`{"n":1}`),
+		MessageAttributes: map[string]types.MessageAttributeValue{
+			broker.AttemptKey: {DataType: aws.String("String"), StringValue: aws.String("7")},
+			"requestId":       {DataType: aws.String("String"), StringValue: aws.String("r-1")},
+		},
+	})
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	msgs, err := ps.Subscribe(ctx, topic)
+	require.NoError(t, err)
+
+	var last *message.Message
+	for want := range 3 {
+		m := next(t, msgs, 10*time.Second)
+		assert.Equal(t, []string{
+			string(rune('0' + want)), string(rune('1' + want)),
+		}, []string{m.Metadata.Get(broker.AttemptKey), m.Metadata.Get(sqs.ReceiveCountKey)},
+			"delivery %d: x-attempt and receive count", want+1)
+		if want < 2 {
+			require.True(t, m.Nack())
+		} else {
+			last = m
+		}
+	}
+
+	// Republish what the handler got: the attempt and receive count stay behind.
+	other := brokertest.Topic(t)
+	require.NoError(t, ps.SubscribeInitialize(other))
+	fwd := message.NewMessage(last.UUID, last.Payload)
+	for k, v := range last.Metadata {
+		fwd.Metadata.Set(k, v)
+	}
+	require.NoError(t, ps.Publish(other, fwd))
+	require.True(t, last.Ack())
+
+	out, err := c.ReceiveMessage(context.Background(), &awssqs.ReceiveMessageInput{
+		QueueUrl:              aws.String(queueURL(t, c, other)),
+		MessageAttributeNames: []string{"All"},
+		WaitTimeSeconds:       5,
+	})
+	require.NoError(t, err)
+	require.Len(t, out.Messages, 1)
+	attrs := out.Messages[0].MessageAttributes
+	assert.NotContains(t, attrs, broker.AttemptKey)
+	assert.NotContains(t, attrs, sqs.ReceiveCountKey)
+	assert.Equal(t, "r-1", aws.ToString(attrs["requestId"].StringValue), "other metadata is sent on")
+}
+
+// A handler that holds a message longer than the queue's visibility timeout
+// keeps it: the heartbeat extends it, so another consumer of the queue does
+// not get it meanwhile; after the ack it is gone.
+func TestHeartbeatKeepsMessageInvisible(t *testing.T) {
+	t.Parallel()
+	c := rawClient(t)
+	topic, url := queueWithVisibility(t, c, "2")
+
+	ps := newPubSub(t, testConfig(t))
+	require.NoError(t, ps.Publish(topic, newMessages(1)...))
+	msgs, err := ps.Subscribe(context.Background(), topic)
+	require.NoError(t, err)
+	held := next(t, msgs, 10*time.Second)
+	assert.Equal(t, "0", held.Metadata.Get(broker.AttemptKey))
+
+	other := newPubSub(t, testConfig(t))
+	otherMsgs, err := other.Subscribe(context.Background(), topic)
+	require.NoError(t, err)
+
+	nothing(t, otherMsgs, 5*time.Second)
+	require.NoError(t, held.Context().Err())
+	require.True(t, held.Ack())
+
+	assert.EventuallyWithT(t, func(c2 *assert.CollectT) {
+		visible, inFlight := depth(c2, c, url)
+		assert.Equal(c2, 0, visible+inFlight, "acked: deleted")
+	}, 5*time.Second, 50*time.Millisecond)
+	nothing(t, otherMsgs, 3*time.Second)
+}
+
+// The heartbeat extends a held message, and stops at the ack.
+func TestHeartbeatStopsAfterAck(t *testing.T) {
+	t.Parallel()
+	c := rawClient(t)
+	topic, url := queueWithVisibility(t, c, "1")
+
+	counter := &countingClient{inner: awshttp.NewBuildableClient()}
+	cfg := testConfig(t)
+	cfg.ClientOptions = []func(*awssqs.Options){func(o *awssqs.Options) { o.HTTPClient = counter }}
+	ps := newPubSub(t, cfg)
+	require.NoError(t, ps.Publish(topic, newMessages(1)...))
+	msgs, err := ps.Subscribe(context.Background(), topic)
+	require.NoError(t, err)
+	m := next(t, msgs, 10*time.Second)
+
+	time.Sleep(2 * time.Second)
+	assert.GreaterOrEqual(t, counter.extends.Load(), int32(2), "extended while held (1 s visibility, 2 s held)")
+	assert.Empty(t, receiveRaw(t, c, url, 0), "still invisible after twice its visibility timeout")
+
+	require.True(t, m.Ack())
+	require.Eventually(t, func() bool { return counter.deletes.Load() == 1 }, 5*time.Second, 10*time.Millisecond)
+	after := counter.extends.Load()
+	time.Sleep(1500 * time.Millisecond)
+	assert.Equal(t, after, counter.extends.Load(), "no extension after the ack")
+	nothing(t, msgs, 0)
+}
+
+// On Close the heartbeat goes on through the drain, then stops: a message
+// still held after DrainTimeout is left to its visibility timeout and comes
+// back.
+func TestHeartbeatStopsAtDrainTimeout(t *testing.T) {
+	t.Parallel()
+	c := rawClient(t)
+	topic, url := queueWithVisibility(t, c, "1")
+
+	counter := &countingClient{inner: awshttp.NewBuildableClient()}
+	cfg := testConfig(t)
+	cfg.DrainTimeout = 2 * time.Second
+	cfg.ClientOptions = []func(*awssqs.Options){func(o *awssqs.Options) { o.HTTPClient = counter }}
+	ps := newPubSub(t, cfg)
+	require.NoError(t, ps.Publish(topic, newMessages(1)...))
+	msgs, err := ps.Subscribe(context.Background(), topic)
+	require.NoError(t, err)
+	m := next(t, msgs, 10*time.Second)
+
+	start := time.Now()
+	require.NoError(t, ps.Close())
+	assert.GreaterOrEqual(t, time.Since(start), cfg.DrainTimeout, "Close waited for the drain")
+	assert.Empty(t, receiveRaw(t, c, url, 0), "kept invisible through the drain (longer than the visibility timeout)")
+
+	after := counter.extends.Load()
+	assert.Positive(t, after)
+	again := receiveRaw(t, c, url, 5)
+	if assert.Len(t, again, 1, "left to its visibility timeout: visible again") {
+		assert.Equal(t, "2", again[0].Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
+	}
+	assert.Equal(t, after, counter.extends.Load(), "no extension after Close")
+	m.Ack()
+	assert.Zero(t, counter.deletes.Load(), "an ack after the drain deletes nothing")
+}
+
+func TestVisibilityTimeoutConfig(t *testing.T) {
+	t.Parallel()
+	c := rawClient(t)
+	topic, url := queueWithVisibility(t, c, "30")
+
+	cfg := testConfig(t)
+	cfg.VisibilityTimeout = time.Second
+	cfg.DrainTimeout = 100 * time.Millisecond
+	ps := newPubSub(t, cfg)
+	require.NoError(t, ps.Publish(topic, newMessages(1)...))
+	msgs, err := ps.Subscribe(context.Background(), topic)
+	require.NoError(t, err)
+	first := next(t, msgs, 10*time.Second)
+	require.NoError(t, ps.Close())
+	_ = first
+
+	// Left after the drain with the configured 1 s, not the queue's 30 s.
+	start := time.Now()
+	assert.Len(t, receiveRaw(t, c, url, 5), 1)
+	assert.Less(t, time.Since(start), 4*time.Second)
+}
