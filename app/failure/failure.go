@@ -101,7 +101,7 @@ func AsDuplicate(err error) error {
 // caller can reclassify what it wraps; unmarked errors are Transient.
 func Of(err error) Class {
 	for e := err; e != nil; e = errors.Unwrap(e) {
-		switch e.(type) {
+		switch e.(type) { //nolint:errorlint // walks the chain itself: the outermost marker wins
 		case *PermanentError:
 			return Permanent
 		case *DuplicateError:

@@ -92,16 +92,6 @@ func (h *heartbeat) untrack(handle string) {
 	h.calling.Unlock() //nolint:staticcheck // an empty critical section: waits for a call under way
 }
 
-// tracked reports how many messages are being extended (for tests).
-func (h *heartbeat) tracked() int {
-	if h == nil {
-		return 0
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.entries)
-}
-
 func (h *heartbeat) start() {
 	if h == nil {
 		return
