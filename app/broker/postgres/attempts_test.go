@@ -94,3 +94,39 @@ func TestAttemptCounts(t *testing.T) {
 	m.Ack()
 	assert.Equal(t, "0", m.Metadata.Get(broker.AttemptKey), "a republished message starts at attempt 0")
 }
+
+// A queue table made before the attempt columns existed (an earlier release)
+// gets them on initialization, keeps its rows, and delivers them with
+// broker.AttemptKey.
+func TestOldTableGetsAttemptColumns(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	topic := brokertest.Topic(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, cfg.DSN)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	table := pgx.Identifier{cfg.Schema, postgres.DefaultTablePrefix + topic}.Sanitize()
+	_, err = conn.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{cfg.Schema}.Sanitize())
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `CREATE TABLE `+table+` (
+		"offset"     BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		uuid         TEXT NOT NULL,
+		payload      BYTEA NOT NULL,
+		metadata     JSON NOT NULL,
+		created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
+		available_at TIMESTAMPTZ NOT NULL DEFAULT now())`)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `INSERT INTO `+table+` (uuid, payload, metadata) VALUES ('old-1', 'from before', '{}')`)
+	require.NoError(t, err)
+
+	ps := newPubSub(t, cfg)
+	require.NoError(t, ps.SubscribeInitialize(topic))
+	msgs, err := ps.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	m := receiveOne(t, msgs, 10*time.Second)
+	assert.Equal(t, "old-1", m.UUID)
+	assert.Equal(t, "0", m.Metadata.Get(broker.AttemptKey))
+	m.Ack()
+}

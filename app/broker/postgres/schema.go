@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -83,9 +84,9 @@ func (s queueSchema) initLockKey() int64 {
 // nack (NULL until then), for dead-letter reasons. Max-attempts
 // dead-lettering will join them here.
 //
-// CREATE TABLE IF NOT EXISTS leaves an existing table as it is: a table made
-// before these columns existed must be recreated or altered by hand (tests
-// use a schema per run, so they always get the current shape).
+// A table made before the attempt columns existed gets them added — once:
+// the DO block alters the table only when a column is missing, so a running
+// system does not take the table lock on every start.
 func (s queueSchema) SchemaInitializingQueries(params wsql.SchemaInitializingQueriesParams) ([]wsql.Query, error) {
 	if err := s.checkTopic(params.Topic); err != nil {
 		return nil, err
@@ -104,6 +105,16 @@ func (s queueSchema) SchemaInitializingQueries(params wsql.SchemaInitializingQue
 			first_failed_at TIMESTAMPTZ,
 			last_failed_at  TIMESTAMPTZ
 		)`},
+		{Query: `DO $$BEGIN
+			IF NOT EXISTS (SELECT 1 FROM pg_attribute
+				WHERE attrelid = '` + strings.ReplaceAll(s.table(params.Topic), "'", "''") + `'::regclass
+				AND attname = 'last_failed_at' AND NOT attisdropped) THEN
+				ALTER TABLE ` + s.table(params.Topic) + `
+					ADD COLUMN IF NOT EXISTS attempts INTEGER NOT NULL DEFAULT 0,
+					ADD COLUMN IF NOT EXISTS first_failed_at TIMESTAMPTZ,
+					ADD COLUMN IF NOT EXISTS last_failed_at TIMESTAMPTZ;
+			END IF;
+		END$$`},
 	}, nil
 }
 
