@@ -30,8 +30,9 @@ services: ## make sure PostgreSQL, RabbitMQ and the SQS emulator are up (CI=true
 services-stop: ## stop the SQS emulator started by `make services`
 	.ci/sqs-emulator stop
 
+# -count=1: results of tests that talk to services must never come from the cache.
 test: services ## run the whole test suite against the real services
-	$(GO) test -race -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 test-short: ## unit tests only, no services
 	$(GO) test -short ./...
