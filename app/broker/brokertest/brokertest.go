@@ -361,3 +361,19 @@ func testPublishAfterConnectionDrop(t *testing.T, f Features, newPubSub Construc
 		require.Equal(t, before.UUID, got.UUID)
 	}
 }
+
+// Next returns the next message from msgs, without acking it, or fails the
+// test when msgs closes or nothing arrives within timeout.
+func Next(t testing.TB, msgs <-chan *message.Message, timeout time.Duration) *message.Message {
+	t.Helper()
+	select {
+	case m, ok := <-msgs:
+		if !ok {
+			t.Fatal("messages channel closed")
+		}
+		return m
+	case <-time.After(timeout):
+		t.Fatalf("no message within %s", timeout)
+		return nil
+	}
+}

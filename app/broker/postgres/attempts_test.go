@@ -49,7 +49,7 @@ func TestAttemptCounts(t *testing.T) {
 	require.NoError(t, err)
 	seen := map[string][]string{}
 	for len(seen[retried.UUID]) < 3 {
-		m := receiveOne(t, msgs, 10*time.Second)
+		m := brokertest.Next(t, msgs, 10*time.Second)
 		attempt := m.Metadata.Get(broker.AttemptKey)
 		seen[m.UUID] = append(seen[m.UUID], attempt)
 		if m.UUID != retried.UUID {
@@ -90,7 +90,7 @@ func TestAttemptCounts(t *testing.T) {
 
 	again, err := ps.Subscribe(ctx, republished)
 	require.NoError(t, err)
-	m := receiveOne(t, again, 10*time.Second)
+	m := brokertest.Next(t, again, 10*time.Second)
 	m.Ack()
 	assert.Equal(t, "0", m.Metadata.Get(broker.AttemptKey), "a republished message starts at attempt 0")
 }
@@ -125,7 +125,7 @@ func TestOldTableGetsAttemptColumns(t *testing.T) {
 	require.NoError(t, ps.SubscribeInitialize(topic))
 	msgs, err := ps.Subscribe(ctx, topic)
 	require.NoError(t, err)
-	m := receiveOne(t, msgs, 10*time.Second)
+	m := brokertest.Next(t, msgs, 10*time.Second)
 	assert.Equal(t, "old-1", m.UUID)
 	assert.Equal(t, "0", m.Metadata.Get(broker.AttemptKey))
 	m.Ack()

@@ -163,7 +163,7 @@ func TestNackReleasesToOtherSubscribers(t *testing.T) {
 	defer cancelA()
 	msgsA, err := newPubSub(t, cfg).Subscribe(ctxA, topic)
 	require.NoError(t, err)
-	got := receiveOne(t, msgsA, 10*time.Second)
+	got := brokertest.Next(t, msgsA, 10*time.Second)
 	require.Equal(t, sent.UUID, got.UUID)
 	got.Nack()
 	nackedAt := time.Now()
@@ -176,7 +176,7 @@ func TestNackReleasesToOtherSubscribers(t *testing.T) {
 	defer cancelB()
 	msgsB, err := newPubSub(t, cfg).Subscribe(ctxB, topic)
 	require.NoError(t, err)
-	again := receiveOne(t, msgsB, 10*time.Second)
+	again := brokertest.Next(t, msgsB, 10*time.Second)
 	waited := time.Since(nackedAt)
 	again.Ack()
 	assert.Equal(t, sent.UUID, again.UUID)
@@ -220,12 +220,12 @@ func testStopMidBatch(t *testing.T, cancelInsteadOfClose bool) {
 	require.NoError(t, err)
 	var acked []string
 	for range 3 {
-		m := receiveOne(t, msgs, 10*time.Second)
+		m := brokertest.Next(t, msgs, 10*time.Second)
 		acked = append(acked, m.UUID)
 		m.Ack()
 	}
 	// The fourth message is delivered and left unacked when Close comes.
-	unacked := receiveOne(t, msgs, 10*time.Second)
+	unacked := brokertest.Next(t, msgs, 10*time.Second)
 	if cancelInsteadOfClose {
 		cancel()
 		for range msgs { // until the subscription has wound down
@@ -240,7 +240,7 @@ func testStopMidBatch(t *testing.T, cancelInsteadOfClose bool) {
 	require.NoError(t, err)
 	var got []string
 	for range 17 {
-		m := receiveOne(t, rest, 10*time.Second)
+		m := brokertest.Next(t, rest, 10*time.Second)
 		got = append(got, m.UUID)
 		m.Ack()
 	}
@@ -265,13 +265,13 @@ func TestAckDeadlineRedelivers(t *testing.T) {
 
 	msgs, err := ps.Subscribe(context.Background(), topic)
 	require.NoError(t, err)
-	stuck := receiveOne(t, msgs, 10*time.Second)
+	stuck := brokertest.Next(t, msgs, 10*time.Second)
 	select {
 	case <-stuck.Context().Done(): // the deadline tells the handler too
 	case <-time.After(5 * time.Second):
 		t.Fatal("message context not cancelled at the ack deadline")
 	}
-	again := receiveOne(t, msgs, 10*time.Second)
+	again := brokertest.Next(t, msgs, 10*time.Second)
 	again.Ack()
 	assert.Equal(t, sent.UUID, again.UUID)
 }
@@ -294,7 +294,7 @@ func TestPublishedBatchKeepsOrderAndMetadata(t *testing.T) {
 	msgs, err := ps.Subscribe(context.Background(), topic)
 	require.NoError(t, err)
 	for i, want := range batch {
-		got := receiveOne(t, msgs, 10*time.Second)
+		got := brokertest.Next(t, msgs, 10*time.Second)
 		got.Ack()
 		require.Equal(t, want.UUID, got.UUID, "message %d", i)
 		assert.Equal(t, string(want.Payload), string(got.Payload))
@@ -327,7 +327,7 @@ func TestWithoutAutoInitializeTheTableMustExist(t *testing.T) {
 	require.NoError(t, ps.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("x"))))
 	msgs, err := ps.Subscribe(context.Background(), topic)
 	require.NoError(t, err)
-	receiveOne(t, msgs, 10*time.Second).Ack()
+	brokertest.Next(t, msgs, 10*time.Second).Ack()
 }
 
 func TestTopicTooLongForATableName(t *testing.T) {
@@ -451,7 +451,7 @@ func TestDatabaseComingUpLate(t *testing.T) {
 	require.NoError(t, ps.Publish(topic, sent))
 	msgs, err := ps.Subscribe(ctx, topic)
 	require.NoError(t, err)
-	got := receiveOne(t, msgs, 10*time.Second)
+	got := brokertest.Next(t, msgs, 10*time.Second)
 	got.Ack()
 	assert.Equal(t, sent.UUID, got.UUID)
 }
@@ -518,16 +518,4 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 	bad := postgres.Config{DSN: "postgres://%zz"}
 	assert.ErrorContains(t, bad.Validate(), "DSN")
 	assert.NoError(t, postgres.Config{DSN: "postgres://localhost/db"}.Validate(), "zero values mean defaults")
-}
-
-func receiveOne(t *testing.T, msgs <-chan *message.Message, timeout time.Duration) *message.Message {
-	t.Helper()
-	select {
-	case m, ok := <-msgs:
-		require.True(t, ok, "messages channel closed")
-		return m
-	case <-time.After(timeout):
-		t.Fatalf("no message within %s", timeout)
-		return nil
-	}
 }

@@ -305,10 +305,10 @@ func TestQuorumQueue(t *testing.T) {
 	defer cancel()
 	msgs, err := ps.Subscribe(ctx, topic)
 	require.NoError(t, err)
-	first := next(t, msgs)
+	first := brokertest.Next(t, msgs, 30*time.Second)
 	assert.Equal(t, sent.UUID, first.UUID)
 	first.Nack()
-	again := next(t, msgs)
+	again := brokertest.Next(t, msgs, 30*time.Second)
 	again.Ack()
 	assert.Equal(t, sent.UUID, again.UUID)
 	assert.Equal(t, "1", again.Metadata.Get("x-delivery-count"))
@@ -437,7 +437,7 @@ func TestReconnectAfterOutage(t *testing.T) {
 
 	after := message.NewMessage(watermill.NewUUID(), []byte("after"))
 	require.Eventually(t, func() bool { return ps.Publish(topic, after) == nil }, 30*time.Second, 100*time.Millisecond)
-	got := next(t, msgs)
+	got := brokertest.Next(t, msgs, 30*time.Second)
 	got.Ack()
 	assert.Equal(t, after.UUID, got.UUID, "the subscription resumed")
 
@@ -488,21 +488,9 @@ func receiveOne(t *testing.T, sub message.Subscriber, topic string) *message.Mes
 	defer cancel()
 	msgs, err := sub.Subscribe(ctx, topic)
 	require.NoError(t, err)
-	m := next(t, msgs)
+	m := brokertest.Next(t, msgs, 30*time.Second)
 	m.Ack()
 	return m
-}
-
-func next(t *testing.T, msgs <-chan *message.Message) *message.Message {
-	t.Helper()
-	select {
-	case m, ok := <-msgs:
-		require.True(t, ok, "messages channel closed")
-		return m
-	case <-time.After(30 * time.Second):
-		t.Fatal("no message within 30 s")
-		return nil
-	}
 }
 
 func queueDepth(t *testing.T, vhost, queue string) string {

@@ -71,7 +71,7 @@ func (c *countingClient) Do(r *http.Request) (*http.Response, error) {
 // count is sent on when a handler republishes the metadata it received.
 func TestAttemptNumber(t *testing.T) {
 	t.Parallel()
-	ps := newPubSub(t, testConfig(t))
+	ps := newPubSub(t, queueVisibilityConfig(t))
 	topic := brokertest.Topic(t)
 	require.NoError(t, ps.SubscribeInitialize(topic))
 	c := rawClient(t)
@@ -92,7 +92,7 @@ func TestAttemptNumber(t *testing.T) {
 
 	var last *message.Message
 	for want := range 3 {
-		m := next(t, msgs, 10*time.Second)
+		m := brokertest.Next(t, msgs, 10*time.Second)
 		assert.Equal(t, []string{
 			string(rune('0' + want)), string(rune('1' + want)),
 		}, []string{m.Metadata.Get(broker.AttemptKey), m.Metadata.Get(sqs.ReceiveCountKey)},
@@ -135,14 +135,14 @@ func TestHeartbeatKeepsMessageInvisible(t *testing.T) {
 	c := rawClient(t)
 	topic, url := queueWithVisibility(t, c, "2")
 
-	ps := newPubSub(t, testConfig(t))
+	ps := newPubSub(t, queueVisibilityConfig(t))
 	require.NoError(t, ps.Publish(topic, newMessages(1)...))
 	msgs, err := ps.Subscribe(context.Background(), topic)
 	require.NoError(t, err)
-	held := next(t, msgs, 10*time.Second)
+	held := brokertest.Next(t, msgs, 10*time.Second)
 	assert.Equal(t, "0", held.Metadata.Get(broker.AttemptKey))
 
-	other := newPubSub(t, testConfig(t))
+	other := newPubSub(t, queueVisibilityConfig(t))
 	otherMsgs, err := other.Subscribe(context.Background(), topic)
 	require.NoError(t, err)
 
@@ -164,13 +164,13 @@ func TestHeartbeatStopsAfterAck(t *testing.T) {
 	topic, url := queueWithVisibility(t, c, "1")
 
 	counter := &countingClient{inner: awshttp.NewBuildableClient()}
-	cfg := testConfig(t)
+	cfg := queueVisibilityConfig(t)
 	cfg.ClientOptions = []func(*awssqs.Options){func(o *awssqs.Options) { o.HTTPClient = counter }}
 	ps := newPubSub(t, cfg)
 	require.NoError(t, ps.Publish(topic, newMessages(1)...))
 	msgs, err := ps.Subscribe(context.Background(), topic)
 	require.NoError(t, err)
-	m := next(t, msgs, 10*time.Second)
+	m := brokertest.Next(t, msgs, 10*time.Second)
 
 	time.Sleep(2 * time.Second)
 	assert.GreaterOrEqual(t, counter.extends.Load(), int32(2), "extended while held (1 s visibility, 2 s held)")
@@ -193,14 +193,14 @@ func TestHeartbeatStopsAtDrainTimeout(t *testing.T) {
 	topic, url := queueWithVisibility(t, c, "1")
 
 	counter := &countingClient{inner: awshttp.NewBuildableClient()}
-	cfg := testConfig(t)
+	cfg := queueVisibilityConfig(t)
 	cfg.DrainTimeout = 2 * time.Second
 	cfg.ClientOptions = []func(*awssqs.Options){func(o *awssqs.Options) { o.HTTPClient = counter }}
 	ps := newPubSub(t, cfg)
 	require.NoError(t, ps.Publish(topic, newMessages(1)...))
 	msgs, err := ps.Subscribe(context.Background(), topic)
 	require.NoError(t, err)
-	m := next(t, msgs, 10*time.Second)
+	m := brokertest.Next(t, msgs, 10*time.Second)
 
 	start := time.Now()
 	require.NoError(t, ps.Close())
@@ -223,14 +223,14 @@ func TestVisibilityTimeoutConfig(t *testing.T) {
 	c := rawClient(t)
 	topic, url := queueWithVisibility(t, c, "30")
 
-	cfg := testConfig(t)
+	cfg := queueVisibilityConfig(t)
 	cfg.VisibilityTimeout = time.Second
 	cfg.DrainTimeout = 100 * time.Millisecond
 	ps := newPubSub(t, cfg)
 	require.NoError(t, ps.Publish(topic, newMessages(1)...))
 	msgs, err := ps.Subscribe(context.Background(), topic)
 	require.NoError(t, err)
-	first := next(t, msgs, 10*time.Second)
+	first := brokertest.Next(t, msgs, 10*time.Second)
 	require.NoError(t, ps.Close())
 	_ = first
 

@@ -372,7 +372,7 @@ func TestRedriveAfterMaxReceives(t *testing.T) {
 	msgs, err := ps.Subscribe(ctx, q.Name)
 	require.NoError(t, err)
 	for i := 1; i <= q.MaxReceives; i++ {
-		m := next(t, msgs, 15*time.Second)
+		m := brokertest.Next(t, msgs, 15*time.Second)
 		assert.Equal(t, sent.UUID, m.UUID)
 		assert.Equal(t, strconv.Itoa(i), m.Metadata.Get(sqs.ReceiveCountKey))
 		m.Nack()
@@ -382,7 +382,7 @@ func TestRedriveAfterMaxReceives(t *testing.T) {
 
 	dead, err := ps.Subscribe(context.Background(), q.DeadLetter.Queue)
 	require.NoError(t, err)
-	m := next(t, dead, 15*time.Second)
+	m := brokertest.Next(t, dead, 15*time.Second)
 	assert.Equal(t, sent.UUID, m.UUID)
 	assert.Equal(t, sent.Payload, m.Payload)
 	m.Ack()

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/eventpipe/eventpipe/app/broker/brokertest"
 	"github.com/eventpipe/eventpipe/app/broker/sqs"
 	"github.com/eventpipe/eventpipe/app/topology"
 )
@@ -170,7 +171,7 @@ func TestRoutingOnSQS(t *testing.T) {
 	}
 	msgs, err := ps.Subscribe(context.Background(), realtime)
 	require.NoError(t, err)
-	got := next(t, msgs, 10*time.Second)
+	got := brokertest.Next(t, msgs, 10*time.Second)
 	assert.Equal(t, sent.UUID, got.UUID)
 	assert.Equal(t, core, got.Metadata.Get(sqs.ExchangeKey))
 	assert.Equal(t, "analyze.resume", got.Metadata.Get(sqs.RoutingKeyKey))
