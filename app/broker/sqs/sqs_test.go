@@ -11,7 +11,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -137,8 +136,8 @@ func TestConformance(t *testing.T) {
 			// Not a need of SQS: brokertest hands one object out as both
 			// publisher and subscriber, and Watermill's multiplied subscriber
 			// closes the publisher before subscribing, i.e. closes our
-			// subscriber. Competing consumers across instances are tested
-			// below (TestCompetingInstances).
+			// subscriber. Competing consumers across instances are covered by
+			// brokertest's ConcurrentSubscribersOneQueue.
 			RequireSingleInstance: true,
 			// The full counts pass too, but slowly: 70-80 s under -race on two
 			// shared cores, with TestPublisherClose reading its 10,000
@@ -303,58 +302,6 @@ func TestInFlightBound(t *testing.T) {
 	for range 3 {
 		brokertest.Next(t, msgs, 10*time.Second).Ack()
 	}
-}
-
-// Subscribers on separate PubSub instances share one queue's messages.
-func TestCompetingInstances(t *testing.T) {
-	t.Parallel()
-	const total = 60
-	pub := newPubSub(t, testConfig(t))
-	topic := brokertest.Topic(t)
-	require.NoError(t, pub.SubscribeInitialize(topic))
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var (
-		mu     sync.Mutex
-		seen   = map[string]bool{}
-		perSub [3]int
-	)
-	for i := range perSub {
-		cfg := testConfig(t)
-		cfg.BatchSize = 1 // spread the messages
-		msgs, err := newPubSub(t, cfg).Subscribe(ctx, topic)
-		require.NoError(t, err)
-		go func() {
-			for m := range msgs {
-				mu.Lock()
-				seen[m.UUID] = true
-				perSub[i]++
-				mu.Unlock()
-				time.Sleep(5 * time.Millisecond)
-				m.Ack()
-			}
-		}()
-	}
-	// Let every instance start polling before anything is there to take.
-	time.Sleep(300 * time.Millisecond)
-	for _, m := range newMessages(total) {
-		require.NoError(t, pub.Publish(topic, m))
-	}
-	require.Eventually(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(seen) == total
-	}, 30*time.Second, 20*time.Millisecond)
-	mu.Lock()
-	defer mu.Unlock()
-	busy := 0
-	for _, n := range perSub {
-		if n > 0 {
-			busy++
-		}
-	}
-	assert.Greater(t, busy, 1, "one instance took everything: %v", perSub)
 }
 
 // A message from a foreign publisher (a raw SDK client, no Watermill
