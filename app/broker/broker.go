@@ -11,6 +11,7 @@ package broker
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -36,6 +37,38 @@ type Pinger interface {
 // ApproximateReceiveCount, the Postgres broker's attempts column, RabbitMQ's
 // x-delivery-count / x-death. A publisher's value is never trusted.
 const AttemptKey = "x-attempt"
+
+// FirstFailureKey is the metadata key an adapter sets on a redelivered message
+// when it knows when the message first failed (RFC 3339 with nanoseconds, UTC):
+// the Postgres broker's first_failed_at column, RabbitMQ's x-death time, SQS's
+// ApproximateFirstReceiveTimestamp (the first receive, which is when the first
+// failed attempt started). Absent on a first delivery. Dead-lettering copies it
+// into the dead letter.
+const FirstFailureKey = "x-first-failure-at"
+
+// NackDelayKey is the metadata key the retry middleware sets (a Go duration,
+// e.g. "1.5s") on a message it is about to nack, asking for the redelivery to
+// wait that long. Adapters that implement NackDelayer honour it natively (SQS
+// visibility change, Postgres available_at); for the others the middleware
+// waits in process before it nacks.
+const NackDelayKey = "x-nack-delay"
+
+// NackDelayer is implemented by adapters whose nack can delay the redelivery
+// by the duration in a message's NackDelayKey metadata, without holding the
+// message in the consumer.
+type NackDelayer interface {
+	// NacksWithDelay reports whether nacks honour NackDelayKey.
+	NacksWithDelay() bool
+}
+
+// NackDelay returns the redelivery delay requested in msg's metadata, or 0.
+func NackDelay(msg *message.Message) time.Duration {
+	d, err := time.ParseDuration(msg.Metadata.Get(NackDelayKey))
+	if err != nil || d < 0 {
+		return 0
+	}
+	return d
+}
 
 // MaxPayloadBytes is the largest message body eventpipe accepts on any broker:
 // SQS's limit (1 MiB), applied everywhere so that the same code behaves the same
