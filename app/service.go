@@ -67,13 +67,21 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Service,
 		s.closeResources()
 		return nil, fmt.Errorf("router: %w", err)
 	}
-	router.AddMiddleware(middleware.Chain(middleware.Deps{
-		Logger:  logger,
-		Metrics: middleware.NewMetrics(s.registry),
-	})...)
+	deps := middleware.Deps{
+		Logger:    logger,
+		Metrics:   middleware.NewMetrics(s.registry),
+		Publisher: ps,
+		NackDelay: nacksWithDelay(ps),
+	}
 	s.routes = Routes(cfg, ps, logger)
 	for _, r := range s.routes {
-		router.AddConsumerHandler(r.Name, r.Queue, ps, r.Handle)
+		policy := r.EffectivePolicy()
+		if err := policy.Validate(); err != nil {
+			s.closeResources()
+			return nil, fmt.Errorf("route %s: policy: %w", r.Name, err)
+		}
+		h := router.AddConsumerHandler(r.Name, r.Queue, ps, r.Handle)
+		h.AddMiddleware(middleware.Chain(deps, policy)...)
 	}
 	s.router = router
 
@@ -86,6 +94,12 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Service,
 		s.admin = l
 	}
 	return s, nil
+}
+
+// nacksWithDelay reports whether ps delays nacked messages itself.
+func nacksWithDelay(ps broker.PubSub) bool {
+	nd, ok := ps.(broker.NackDelayer)
+	return ok && nd.NacksWithDelay()
 }
 
 // Routes returns the routes enabled by cfg, publishing through pub.

@@ -2,51 +2,48 @@ package middleware
 
 import (
 	"log/slog"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	wmw "github.com/ThreeDotsLabs/watermill/message/router/middleware"
+
+	"github.com/eventpipe/eventpipe/app/route"
 )
 
 // Deps is what the chain needs from the composition root.
 type Deps struct {
 	Logger  *slog.Logger
 	Metrics *Metrics
+	// Publisher publishes dead letters.
+	Publisher message.Publisher
+	// NackDelay says the broker delays nacked messages natively
+	// (broker.NackDelayer).
+	NackDelay bool
 }
 
-// Chain returns eventpipe's router middleware in the one order they run,
-// outermost first:
+// Chain returns the middleware of one route, in the one order they run,
+// outermost first. They are a route's own (router handler middleware), not
+// the router's, because the policy differs per route and must sit outside
+// panic recovery.
 //
 //  1. Correlation: every message has a trace id, in its context and on what it produces.
-//  2. Observe: one log line and the metrics per message, after all retries;
+//  2. Observe: one log line and the metrics per message, after all attempts;
 //     a duplicate (failure.Duplicate) is acknowledged here without effect.
-//  3. Retry: in-process retries of transient failures with exponential
-//     backoff and jitter (and a transient error's retry-after); permanent and
-//     duplicate failures, and a handler cut short by shutdown, are not
-//     retried (the message is nacked and redelivered, or acked if duplicate).
+//  3. Policy: the route's failure policy — retries with backoff (in process
+//     or by the broker), drop or dead-letter with the reason; a handler cut
+//     short by shutdown is nacked, never retried or dead-lettered.
 //  4. Recoverer: a panicking handler becomes an error, never a crash.
-func Chain(d Deps) []message.HandlerMiddleware {
-	retry := Retry{
-		MaxRetries:          2,
-		InitialInterval:     100 * time.Millisecond,
-		MaxInterval:         2 * time.Second,
-		Multiplier:          2,
-		RandomizationFactor: 0.5,
-		OnRetry: func(msg *message.Message, retry int, wait time.Duration, err error) {
-			d.Metrics.Retried.With(labelsOf(msg)).Inc()
-			d.Logger.LogAttrs(msg.Context(), slog.LevelWarn, "handler failed, retrying",
-				slog.String("message_id", msg.UUID),
-				slog.String("trace_id", TraceID(msg.Context())),
-				slog.String("queue", message.SubscribeTopicFromCtx(msg.Context())),
-				slog.Int("retry", retry),
-				slog.Duration("wait", wait),
-				slog.Any("error", err))
-		},
+func Chain(d Deps, p route.Policy) []message.HandlerMiddleware {
+	policy := Policy{
+		Route:     p,
+		Publisher: d.Publisher,
+		NackDelay: d.NackDelay,
+		Logger:    d.Logger,
+		Metrics:   d.Metrics,
 	}
 	return []message.HandlerMiddleware{
 		Correlation,
 		Observe(d.Logger, d.Metrics),
-		retry.Middleware,
+		policy.Middleware,
 		wmw.Recoverer,
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/middleware"
 )
 
@@ -69,24 +70,34 @@ func TestNewMessageContinuesTrace(t *testing.T) {
 // directly, both labels are empty.
 func withRoute(msg *message.Message) *message.Message { return msg }
 
+// fastPolicy retries in process at once: three attempts, then the DLQ.
+func fastPolicy() route.Policy {
+	p := route.DefaultPolicy()
+	p.Backoff = route.Backoff{Initial: time.Millisecond, Multiplier: 1, Max: time.Millisecond}
+	p.DeadLetterQueue = "dlq"
+	return p
+}
+
+func wrap(chain []message.HandlerMiddleware, h message.HandlerFunc) message.HandlerFunc {
+	for i := len(chain) - 1; i >= 0; i-- {
+		h = chain[i](h)
+	}
+	return h
+}
+
 func TestChainCountsHandledFailedRetried(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
 	m := middleware.NewMetrics(reg)
-	chain := middleware.Chain(middleware.Deps{Logger: slog.New(slog.DiscardHandler), Metrics: m})
-	wrap := func(h message.HandlerFunc) message.HandlerFunc {
-		for i := len(chain) - 1; i >= 0; i-- {
-			h = chain[i](h)
-		}
-		return h
-	}
+	dlq := &recordingPublisher{}
+	chain := middleware.Chain(middleware.Deps{Logger: slog.New(slog.DiscardHandler), Metrics: m, Publisher: dlq}, fastPolicy())
 
-	ok := wrap(func(*message.Message) ([]*message.Message, error) { return nil, nil })
+	ok := wrap(chain, func(*message.Message) ([]*message.Message, error) { return nil, nil })
 	_, err := ok(withRoute(message.NewMessage("1", nil)))
 	require.NoError(t, err)
 
 	calls := 0
-	flaky := wrap(func(*message.Message) ([]*message.Message, error) {
+	flaky := wrap(chain, func(*message.Message) ([]*message.Message, error) {
 		calls++
 		if calls < 2 {
 			return nil, errors.New("transient")
@@ -96,85 +107,52 @@ func TestChainCountsHandledFailedRetried(t *testing.T) {
 	_, err = flaky(withRoute(message.NewMessage("2", nil)))
 	require.NoError(t, err)
 
-	failing := wrap(func(*message.Message) ([]*message.Message, error) { return nil, errors.New("always") })
+	failing := wrap(chain, func(*message.Message) ([]*message.Message, error) { return nil, errors.New("always") })
 	_, err = failing(withRoute(message.NewMessage("3", nil)))
-	require.Error(t, err)
+	require.NoError(t, err, "dead-lettered after three attempts, then acked")
 
-	panicking := wrap(func(*message.Message) ([]*message.Message, error) { panic("boom") })
+	panicking := wrap(chain, func(*message.Message) ([]*message.Message, error) { panic("boom") })
 	_, err = panicking(withRoute(message.NewMessage("4", nil)))
-	require.Error(t, err, "a panic must become an error")
+	require.NoError(t, err, "a panic becomes an error, retried, then dead-lettered")
+
+	dlq.fail = errors.New("broker down")
+	_, err = failing(withRoute(message.NewMessage("5", nil)))
+	require.Error(t, err, "a dead letter that cannot be published leaves the message nacked")
 
 	labels := prometheus.Labels{"queue": "", "handler": ""}
 	assert.Equal(t, 2.0, testutil.ToFloat64(m.Handled.With(labels)))
-	assert.Equal(t, 2.0, testutil.ToFloat64(m.Failed.With(labels)))
-	// flaky: 1 retry; failing and panicking: 2 retries each.
-	assert.Equal(t, 5.0, testutil.ToFloat64(m.Retried.With(labels)))
+	assert.Equal(t, 2.0, testutil.ToFloat64(m.DeadLettered.With(labels)))
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.Failed.With(labels)))
+	// flaky: 1 retry; failing (twice) and panicking: 2 retries each.
+	assert.Equal(t, 7.0, testutil.ToFloat64(m.Retried.With(labels)))
+	assert.Len(t, dlq.published("dlq"), 2)
 }
 
 func TestChainDoesNotRetryShutdown(t *testing.T) {
 	t.Parallel()
 	m := middleware.NewMetrics(prometheus.NewRegistry())
-	chain := middleware.Chain(middleware.Deps{Logger: slog.New(slog.DiscardHandler), Metrics: m})
+	dlq := &recordingPublisher{}
+	chain := middleware.Chain(middleware.Deps{Logger: slog.New(slog.DiscardHandler), Metrics: m, Publisher: dlq}, fastPolicy())
 	calls := 0
-	var h message.HandlerFunc = func(*message.Message) ([]*message.Message, error) {
+	h := wrap(chain, func(*message.Message) ([]*message.Message, error) {
 		calls++
 		return nil, context.Canceled
-	}
-	for i := len(chain) - 1; i >= 0; i-- {
-		h = chain[i](h)
-	}
+	})
 	_, err := h(withRoute(message.NewMessage("1", nil)))
 	require.ErrorIs(t, err, context.Canceled)
 	assert.Equal(t, 1, calls)
-}
-
-func TestRetryOnlyRetriesTransientFailures(t *testing.T) {
-	t.Parallel()
-	for name, c := range map[string]struct {
-		err       error
-		wantCalls int
-	}{
-		"unclassified is transient": {errors.New("db reset"), 3},
-		"transient":                 {failure.AsTransient(errors.New("429"), 0), 3},
-		"permanent":                 {failure.Permanentf("schema: %w", errors.New("missing id")), 1},
-		"duplicate":                 {failure.AsDuplicate(errors.New("seen")), 1},
-	} {
-		calls := 0
-		r := middleware.Retry{MaxRetries: 2, InitialInterval: time.Millisecond, MaxInterval: time.Millisecond, Multiplier: 1}
-		_, err := r.Middleware(func(*message.Message) ([]*message.Message, error) {
-			calls++
-			return nil, c.err
-		})(message.NewMessage("1", nil))
-		assert.ErrorIs(t, err, c.err, name)
-		assert.Equal(t, c.wantCalls, calls, name)
-	}
-}
-
-func TestRetryHonoursRetryAfter(t *testing.T) {
-	t.Parallel()
-	var waits []time.Duration
-	r := middleware.Retry{
-		MaxRetries: 1, InitialInterval: time.Millisecond, MaxInterval: time.Millisecond, Multiplier: 1,
-		OnRetry: func(_ *message.Message, _ int, wait time.Duration, _ error) { waits = append(waits, wait) },
-	}
-	_, _ = r.Middleware(func(*message.Message) ([]*message.Message, error) {
-		return nil, failure.AsTransient(errors.New("429"), 50*time.Millisecond)
-	})(message.NewMessage("1", nil))
-	assert.Equal(t, []time.Duration{50 * time.Millisecond}, waits)
+	assert.Empty(t, dlq.published("dlq"), "shutdown never dead-letters")
 }
 
 func TestDuplicateIsAcknowledgedWithoutRetry(t *testing.T) {
 	t.Parallel()
 	m := middleware.NewMetrics(prometheus.NewRegistry())
-	chain := middleware.Chain(middleware.Deps{Logger: slog.New(slog.DiscardHandler), Metrics: m})
+	chain := middleware.Chain(middleware.Deps{Logger: slog.New(slog.DiscardHandler), Metrics: m, Publisher: &recordingPublisher{}}, fastPolicy())
 	calls := 0
-	var h message.HandlerFunc = func(*message.Message) ([]*message.Message, error) {
+	h := wrap(chain, func(*message.Message) ([]*message.Message, error) {
 		calls++
 		return nil, failure.AsDuplicate(errors.New("processed_messages row exists"))
-	}
-	for i := len(chain) - 1; i >= 0; i-- {
-		h = chain[i](h)
-	}
+	})
 	_, err := h(message.NewMessage("1", nil))
 	require.NoError(t, err, "a duplicate is acked")
 	assert.Equal(t, 1, calls)

@@ -19,6 +19,7 @@ type Metrics struct {
 	Failed       *prometheus.CounterVec
 	Retried      *prometheus.CounterVec
 	DeadLettered *prometheus.CounterVec
+	Dropped      *prometheus.CounterVec
 	Duplicates   *prometheus.CounterVec
 	Duration     *prometheus.HistogramVec
 }
@@ -43,6 +44,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "eventpipe", Name: "messages_dead_lettered_total",
 			Help: "Messages moved to a dead-letter queue by eventpipe.",
 		}, labels),
+		Dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "eventpipe", Name: "messages_dropped_total",
+			Help: "Messages acknowledged without effect by their route's policy: a permanent failure on a drop route, or attempts exhausted on a route without a dead-letter queue.",
+		}, labels),
 		Duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "eventpipe", Name: "messages_duplicate_total",
 			Help: "Deliveries whose effect had already happened (acked without effect).",
@@ -53,7 +58,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
 		}, labels),
 	}
-	reg.MustRegister(m.Handled, m.Failed, m.Retried, m.DeadLettered, m.Duplicates, m.Duration)
+	reg.MustRegister(m.Handled, m.Failed, m.Retried, m.DeadLettered, m.Dropped, m.Duplicates, m.Duration)
 	return m
 }
 
@@ -71,6 +76,8 @@ func Observe(logger *slog.Logger, m *Metrics) message.HandlerMiddleware {
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			start := time.Now()
+			oc := &outcome{}
+			msg.SetContext(context.WithValue(msg.Context(), outcomeKey{}, oc))
 			produced, err := h(msg)
 			elapsed := time.Since(start)
 
@@ -95,8 +102,20 @@ func Observe(logger *slog.Logger, m *Metrics) message.HandlerMiddleware {
 				logger.LogAttrs(msg.Context(), levelFor(err), "message failed", append(attrs, slog.Any("error", err))...)
 				return produced, err
 			}
-			m.Handled.With(labels).Inc()
-			logger.LogAttrs(msg.Context(), slog.LevelDebug, "message handled", attrs...)
+			switch oc.kind {
+			case outcomeDeadLettered:
+				m.DeadLettered.With(labels).Inc()
+				logger.LogAttrs(msg.Context(), slog.LevelWarn, "message dead-lettered", append(attrs, slog.Any("reason", oc.cause))...)
+			case outcomeDropped:
+				m.Dropped.With(labels).Inc()
+				logger.LogAttrs(msg.Context(), slog.LevelWarn, "message dropped: permanent failure on a route that drops them", append(attrs, slog.Any("reason", oc.cause))...)
+			case outcomeDroppedNoDLQ:
+				m.Dropped.With(labels).Inc()
+				logger.LogAttrs(msg.Context(), slog.LevelError, "message dropped: attempts exhausted and the route has no dead-letter queue", append(attrs, slog.Any("reason", oc.cause))...)
+			default:
+				m.Handled.With(labels).Inc()
+				logger.LogAttrs(msg.Context(), slog.LevelDebug, "message handled", attrs...)
+			}
 			return produced, nil
 		}
 	}
@@ -109,4 +128,28 @@ func levelFor(err error) slog.Level {
 		return slog.LevelInfo
 	}
 	return slog.LevelError
+}
+
+// outcome is how Policy tells Observe that an acknowledged message was not
+// handled but dropped or dead-lettered.
+type outcome struct {
+	kind  outcomeKind
+	cause error
+}
+
+type outcomeKind int
+
+const (
+	outcomeHandled outcomeKind = iota
+	outcomeDropped
+	outcomeDroppedNoDLQ
+	outcomeDeadLettered
+)
+
+type outcomeKey struct{}
+
+func setOutcome(ctx context.Context, kind outcomeKind, cause error) {
+	if oc, ok := ctx.Value(outcomeKey{}).(*outcome); ok {
+		oc.kind, oc.cause = kind, cause
+	}
 }

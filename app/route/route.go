@@ -26,6 +26,16 @@ type Route struct {
 	// Handle processes one message. Messages it returns are published by the
 	// router (to the topics set by the route's publish configuration).
 	Handle message.NoPublishHandlerFunc
+	// Policy is what a failure does; the zero value means DefaultPolicy.
+	Policy Policy
+}
+
+// EffectivePolicy is the route's policy, DefaultPolicy when it sets none.
+func (r Route) EffectivePolicy() Policy {
+	if r.Policy == (Policy{}) {
+		return DefaultPolicy()
+	}
+	return r.Policy
 }
 
 // Set is the routes of a running service, looked up by queue.

@@ -1,0 +1,251 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/route"
+)
+
+// The metadata a dead letter carries besides the original's, on every broker
+// (AMQP headers, SQS message attributes, Postgres metadata). broker.FirstFailureKey
+// and TraceIDKey complete it.
+const (
+	// DeadLetterReasonKey is the error that dead-lettered the message,
+	// cut to MaxReasonBytes.
+	DeadLetterReasonKey = "x-dead-letter-reason"
+	// DeadLetterClassKey is the failure class of that error: permanent or transient.
+	DeadLetterClassKey = "x-dead-letter-class"
+	// DeadLetterAttemptsKey is how many attempts were made (1-based count).
+	DeadLetterAttemptsKey = "x-dead-letter-attempts"
+	// LastFailureKey is when the last attempt failed (RFC 3339, UTC).
+	LastFailureKey = "x-last-failure-at"
+	// SourceQueueKey is the queue the message was consumed from; a redrive
+	// sends it back there.
+	SourceQueueKey = "x-source-queue"
+	// DeadLetteredAtKey is when the message was dead-lettered.
+	DeadLetteredAtKey = "x-dead-lettered-at"
+)
+
+// MaxReasonBytes bounds the reason a dead letter carries: enough for an
+// error chain, small against SQS's attribute budget.
+const MaxReasonBytes = 1024
+
+type attemptKey struct{}
+
+// Attempt returns the 1-based number of the attempt being handled in ctx:
+// earlier deliveries (x-attempt) plus this delivery's in-process attempts.
+// It is 0 outside a handler run by Policy.
+func Attempt(ctx context.Context) int {
+	n, _ := ctx.Value(attemptKey{}).(int)
+	return n
+}
+
+// Policy applies a route's failure policy (route.Policy) to every message:
+// it retries, redelivers, drops or dead-letters, the same way on every broker.
+//
+//   - Success: the message is acked.
+//   - Duplicate (failure.Duplicate): returned unchanged for Observe to ack.
+//   - Cancelled (shutdown): returned at once, so the message is nacked and
+//     redelivered; shutdown never dead-letters.
+//   - Permanent: dropped, dead-lettered at once, or treated as transient
+//     (route.OnPermanent).
+//   - Transient, and unclassified: attempted again after the backoff (in
+//     process, or nacked for the broker to redeliver) until MaxAttempts, then
+//     dead-lettered with its reason.
+//
+// A message delivered with MaxAttempts earlier attempts already (its
+// consumers crashed or timed out each time — a poison message) is
+// dead-lettered without running the handler again.
+type Policy struct {
+	Route route.Policy
+	// Publisher publishes dead letters to Route.DeadLetterQueue.
+	Publisher message.Publisher
+	// NackDelay says the broker delays a nacked message by its
+	// broker.NackDelayKey (broker.NackDelayer). Otherwise the backoff before
+	// a broker redelivery is waited here, before the nack.
+	NackDelay bool
+	Logger    *slog.Logger
+	Metrics   *Metrics // optional
+}
+
+// Middleware returns h wrapped with the policy.
+func (p Policy) Middleware(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		// Each attempt starts from the original context: an earlier attempt
+		// may have cancelled a context derived from it.
+		ctx := msg.Context()
+		earlier := earlierAttempts(msg)
+		firstFailure := parseTime(msg.Metadata.Get(broker.FirstFailureKey))
+
+		if earlier >= p.Route.MaxAttempts {
+			err := fmt.Errorf("delivered %d times without an outcome (its consumer crashed or timed out each time)", earlier)
+			return nil, p.deadLetter(ctx, msg, earlier, failure.Transient, err, firstFailure)
+		}
+		for try := 1; ; try++ {
+			attempt := earlier + try
+			msg.SetContext(context.WithValue(ctx, attemptKey{}, attempt))
+			produced, err := h(msg)
+			msg.SetContext(ctx)
+			if err == nil {
+				return produced, nil
+			}
+			class := failure.Of(err)
+			if class == failure.Duplicate {
+				return produced, err
+			}
+			if errors.Is(err, context.Canceled) || ctx.Err() != nil {
+				return nil, err
+			}
+			if firstFailure.IsZero() {
+				firstFailure = time.Now().UTC()
+			}
+			if class == failure.Permanent {
+				switch p.Route.OnPermanent {
+				case route.Drop:
+					setOutcome(ctx, outcomeDropped, err)
+					return nil, nil
+				case route.DeadLetter:
+					return nil, p.deadLetter(ctx, msg, attempt, class, err, firstFailure)
+				}
+			}
+			if attempt >= p.Route.MaxAttempts {
+				return nil, p.deadLetter(ctx, msg, attempt, class, err, firstFailure)
+			}
+
+			wait := max(p.jittered(p.Route.Backoff.Wait(attempt)), failure.RetryAfter(err))
+			if p.Route.Redelivery == route.Broker {
+				msg.Metadata.Set(broker.FirstFailureKey, firstFailure.Format(time.RFC3339Nano))
+				if p.NackDelay {
+					msg.Metadata.Set(broker.NackDelayKey, wait.String())
+				} else if !sleep(ctx, wait) {
+					return nil, err
+				}
+				return nil, err
+			}
+
+			if p.Metrics != nil {
+				p.Metrics.Retried.With(labelsOf(msg)).Inc()
+			}
+			p.Logger.LogAttrs(ctx, slog.LevelWarn, "handler failed, retrying",
+				append(messageAttrs(msg),
+					slog.Int("attempt", attempt),
+					slog.Duration("wait", wait),
+					slog.String("error_class", class.String()),
+					slog.Any("error", err))...)
+			if !sleep(ctx, wait) {
+				return nil, err
+			}
+		}
+	}
+}
+
+// deadLetter publishes a copy of msg, with the reason and history, to the
+// dead-letter queue. The copy keeps the message id, so a consumer's inbox
+// still recognises it after a redrive. If the publish fails, the error is
+// returned and the message is nacked: it is never acked unless its dead
+// letter is safe.
+func (p Policy) deadLetter(ctx context.Context, msg *message.Message, attempts int, class failure.Class, cause error, firstFailure time.Time) error {
+	if p.Route.DeadLetterQueue == "" {
+		setOutcome(ctx, outcomeDroppedNoDLQ, cause)
+		return nil
+	}
+	now := time.Now().UTC()
+	if firstFailure.IsZero() {
+		firstFailure = now
+	}
+	dl := message.NewMessage(msg.UUID, msg.Payload)
+	for k, v := range msg.Metadata {
+		switch k {
+		case broker.AttemptKey, broker.NackDelayKey:
+		default:
+			dl.Metadata.Set(k, v)
+		}
+	}
+	dl.Metadata.Set(DeadLetterReasonKey, truncateUTF8(cause.Error(), MaxReasonBytes))
+	dl.Metadata.Set(DeadLetterClassKey, class.String())
+	dl.Metadata.Set(DeadLetterAttemptsKey, strconv.Itoa(attempts))
+	dl.Metadata.Set(broker.FirstFailureKey, firstFailure.Format(time.RFC3339Nano))
+	dl.Metadata.Set(LastFailureKey, now.Format(time.RFC3339Nano))
+	dl.Metadata.Set(SourceQueueKey, message.SubscribeTopicFromCtx(ctx))
+	dl.Metadata.Set(DeadLetteredAtKey, now.Format(time.RFC3339Nano))
+	if id := TraceID(ctx); id != "" {
+		dl.Metadata.Set(TraceIDKey, id)
+	}
+	dl.SetContext(ctx)
+	if err := p.Publisher.Publish(p.Route.DeadLetterQueue, dl); err != nil {
+		return failure.AsTransient(fmt.Errorf("dead-letter to %s (because: %v): %w", p.Route.DeadLetterQueue, cause, err), 0)
+	}
+	setOutcome(ctx, outcomeDeadLettered, cause)
+	return nil
+}
+
+func (p Policy) jittered(d time.Duration) time.Duration {
+	j := p.Route.Backoff.Jitter
+	if j == 0 || d == 0 {
+		return d
+	}
+	return time.Duration(float64(d) * (1 + j*(2*rand.Float64()-1)))
+}
+
+// earlierAttempts reads x-attempt, which every adapter sets on delivery.
+func earlierAttempts(msg *message.Message) int {
+	n, err := strconv.Atoi(msg.Metadata.Get(broker.AttemptKey))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+func parseTime(s string) time.Time {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+// sleep waits d, or less if ctx ends first; it reports whether it waited d.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+func messageAttrs(msg *message.Message) []slog.Attr {
+	ctx := msg.Context()
+	return []slog.Attr{
+		slog.String("message_id", msg.UUID),
+		slog.String("trace_id", TraceID(ctx)),
+		slog.String("queue", message.SubscribeTopicFromCtx(ctx)),
+		slog.String("handler", message.HandlerNameFromCtx(ctx)),
+	}
+}
