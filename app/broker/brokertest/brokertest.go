@@ -8,6 +8,7 @@ package brokertest
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -200,6 +201,9 @@ func testNackRedelivers(t *testing.T, f Features, newPubSub Constructor) {
 	initialize(t, ps, topic)
 
 	msg := message.NewMessage(watermill.NewUUID(), []byte("nack me"))
+	// A publisher's attempt count and failure time are never trusted.
+	msg.Metadata.Set(broker.AttemptKey, "7")
+	msg.Metadata.Set(broker.FirstFailureKey, "2001-01-01T00:00:00Z")
 	require.NoError(t, ps.Publish(topic, msg))
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -214,6 +218,15 @@ func testNackRedelivers(t *testing.T, f Features, newPubSub Constructor) {
 		case m := <-msgs:
 			require.NotNil(t, m, "messages channel closed")
 			require.Equal(t, msg.UUID, m.UUID)
+			assert.Equal(t, strconv.Itoa(deliveries), m.Metadata.Get(broker.AttemptKey), "earlier deliveries")
+			if deliveries == 0 {
+				assert.Empty(t, m.Metadata.Get(broker.FirstFailureKey), "a first delivery has not failed yet")
+			} else {
+				first, err := time.Parse(time.RFC3339Nano, m.Metadata.Get(broker.FirstFailureKey))
+				if assert.NoError(t, err, "a redelivery knows when it first failed") {
+					assert.WithinDuration(t, time.Now(), first, 2*f.RedeliveryTimeout+time.Minute)
+				}
+			}
 			deliveries++
 			if deliveries < 3 {
 				m.Nack()

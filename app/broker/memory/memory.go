@@ -11,6 +11,9 @@ package memory
 import (
 	"context"
 	"errors"
+	"strconv"
+	"sync"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -45,6 +48,9 @@ func (c Config) Validate() error {
 // PubSub is the embedded broker. It implements broker.PubSub and broker.Pinger.
 type PubSub struct {
 	*gochannel.GoChannel
+	closing   chan struct{}
+	closeOnce sync.Once
+	relays    sync.WaitGroup
 }
 
 var (
@@ -61,10 +67,13 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*PubSub, error) {
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	return &PubSub{GoChannel: gochannel.NewGoChannel(gochannel.Config{
-		OutputChannelBuffer: cfg.OutputBuffer,
-		Persistent:          cfg.Persistent,
-	}, logger)}, nil
+	return &PubSub{
+		GoChannel: gochannel.NewGoChannel(gochannel.Config{
+			OutputChannelBuffer: cfg.OutputBuffer,
+			Persistent:          cfg.Persistent,
+		}, logger),
+		closing: make(chan struct{}),
+	}, nil
 }
 
 // Publish checks the payload limit, then hands the messages to GoChannel.
@@ -73,6 +82,81 @@ func (p *PubSub) Publish(topic string, msgs ...*message.Message) error {
 		return err
 	}
 	return p.GoChannel.Publish(topic, msgs...)
+}
+
+// Subscribe subscribes to topic. Every delivered message carries
+// broker.AttemptKey — how often this subscription was given the message before
+// (GoChannel redelivers a nacked message to the same subscriber at once) — and,
+// on a redelivery, broker.FirstFailureKey: when it was first nacked.
+func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	in, err := p.GoChannel.Subscribe(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan *message.Message)
+	p.relays.Go(func() { countAttempts(ctx, p.closing, in, out) })
+	return out, nil
+}
+
+// countAttempts relays one subscription's messages, numbering the attempts.
+// GoChannel hands a subscriber one message at a time and waits for its ack
+// or nack, so one counter per subscription is enough: it is reset on an ack.
+func countAttempts(ctx context.Context, closing <-chan struct{}, in <-chan *message.Message, out chan<- *message.Message) {
+	defer close(out)
+	var (
+		uuid         string
+		attempts     int
+		firstFailure time.Time
+	)
+	for msg := range in {
+		if msg.UUID != uuid {
+			uuid, attempts, firstFailure = msg.UUID, 0, time.Time{}
+		}
+		msg.Metadata.Set(broker.AttemptKey, strconv.Itoa(attempts))
+		delete(msg.Metadata, broker.FirstFailureKey)
+		if !firstFailure.IsZero() {
+			msg.Metadata.Set(broker.FirstFailureKey, firstFailure.Format(time.RFC3339Nano))
+		}
+		select {
+		case out <- msg:
+		case <-ctx.Done():
+			// GoChannel stops too; drain so it is never blocked on us.
+			for range in {
+			}
+			return
+		case <-closing:
+			for range in {
+			}
+			return
+		}
+		select {
+		case <-msg.Acked():
+			uuid = ""
+		case <-msg.Nacked():
+			attempts++
+			if firstFailure.IsZero() {
+				firstFailure = time.Now().UTC()
+			}
+		case <-ctx.Done():
+			for range in {
+			}
+			return
+		case <-closing:
+			for range in {
+			}
+			return
+		}
+	}
+}
+
+// Close closes the broker: subscriptions end and their channels close.
+func (p *PubSub) Close() error {
+	p.closeOnce.Do(func() { close(p.closing) })
+	err := p.GoChannel.Close()
+	// Closing GoChannel closes what the relays read; once they are done,
+	// every subscription's channel is closed.
+	p.relays.Wait()
+	return err
 }
 
 // Ping always succeeds: the broker lives in this process.

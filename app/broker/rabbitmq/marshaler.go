@@ -15,6 +15,8 @@ import (
 	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/eventpipe/eventpipe/app/broker"
 )
 
 // Metadata keys carried in AMQP message properties rather than in headers.
@@ -72,6 +74,10 @@ func (Marshaler) Marshal(msg *message.Message) (amqp.Publishing, error) {
 		return amqp.Publishing{}, err
 	}
 	pub.MessageId = msg.UUID
+	// The attempt count and failure time are the broker's to tell (see
+	// attempts.go); a new message starts at attempt 0 (StackUp §3).
+	delete(pub.Headers, broker.FirstFailureKey)
+	pub.Headers[broker.AttemptKey] = int32(0)
 	for _, p := range propertyFields {
 		if v, ok := msg.Metadata[p.key]; ok {
 			*p.field(&pub) = v

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/broker/rabbitmq"
 )
 
@@ -172,7 +173,8 @@ func TestMarshalRoundTrip(t *testing.T) {
 	assert.Equal(t, "application/json", pub.ContentType)
 	assert.Equal(t, "c-1", pub.CorrelationId)
 	assert.Equal(t, amqp.Persistent, pub.DeliveryMode)
-	assert.Equal(t, amqp.Table{wamqp.DefaultMessageUUIDHeaderKey: msg.UUID, "x-trace-id": "t-1"}, pub.Headers)
+	assert.Equal(t, amqp.Table{wamqp.DefaultMessageUUIDHeaderKey: msg.UUID, "x-trace-id": "t-1", "x-attempt": int32(0)}, pub.Headers,
+		"headers.x-attempt is an integer, 0 on a new message (StackUp §3)")
 
 	got, err := rabbitmq.Marshaler{}.Unmarshal(amqp.Delivery{
 		Headers: pub.Headers, Body: pub.Body, MessageId: pub.MessageId,
@@ -180,6 +182,7 @@ func TestMarshalRoundTrip(t *testing.T) {
 	})
 	require.NoError(t, err)
 	assert.Equal(t, msg.UUID, got.UUID)
+	msg.Metadata.Set("x-attempt", "0")
 	assert.Equal(t, msg.Metadata, got.Metadata)
 	assert.Equal(t, msg.Payload, got.Payload)
 }
@@ -212,6 +215,10 @@ func FuzzUnmarshal(f *testing.F) {
 		pub, err := rabbitmq.Marshaler{}.Marshal(msg)
 		require.NoError(t, err)
 		for k, v := range pub.Headers {
+			if k == broker.AttemptKey {
+				require.Equal(t, int32(0), v, "a publish starts at attempt 0")
+				continue
+			}
 			_, isString := v.(string)
 			require.True(t, isString, "header %q", k)
 		}

@@ -468,7 +468,7 @@ func (p *PubSub) consumeOnce(ctx context.Context, topic string, out chan<- *mess
 			if !ok {
 				return true, channelError(closed)
 			}
-			if err := p.deliver(ctx, d, out, closed); err != nil {
+			if err := p.deliver(ctx, p.topology.Queue(topic), d, out, closed); err != nil {
 				return true, err
 			}
 		case amqpErr := <-closed:
@@ -481,7 +481,7 @@ func (p *PubSub) consumeOnce(ctx context.Context, topic string, out chan<- *mess
 
 // deliver hands one delivery to the subscriber and settles it as the
 // subscriber says. It returns an error when the subscription must stop.
-func (p *PubSub) deliver(ctx context.Context, d amqp.Delivery, out chan<- *message.Message, closed <-chan *amqp.Error) error {
+func (p *PubSub) deliver(ctx context.Context, queue string, d amqp.Delivery, out chan<- *message.Message, closed <-chan *amqp.Error) error {
 	msg, err := p.marshaler.Unmarshal(d)
 	if err != nil {
 		// Unreachable with Marshaler; requeueing would loop, so refuse.
@@ -491,6 +491,7 @@ func (p *PubSub) deliver(ctx context.Context, d amqp.Delivery, out chan<- *messa
 	if d.Redelivered {
 		msg.Metadata.Set(wamqp.MetadataRedeliveredKey, "true")
 	}
+	setAttempt(msg, d)
 	msgCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	msg.SetContext(msgCtx)
@@ -498,7 +499,10 @@ func (p *PubSub) deliver(ctx context.Context, d amqp.Delivery, out chan<- *messa
 	select {
 	case out <- msg:
 	case <-ctx.Done():
-		_ = d.Nack(false, true)
+		// Not nacked: the consumer's channel closes next, which returns
+		// every unsettled delivery to the queue at once. A nack would let
+		// the broker push it to this consumer again first, counting an
+		// extra delivery on a quorum queue.
 		return ctx.Err()
 	case amqpErr := <-closed:
 		return closeError(amqpErr)
@@ -512,11 +516,21 @@ func (p *PubSub) deliver(ctx context.Context, d amqp.Delivery, out chan<- *messa
 			return fmt.Errorf("ack %s: %w", msg.UUID, err)
 		}
 	case <-msg.Nacked():
-		if err := d.Nack(false, true); err != nil {
-			return fmt.Errorf("nack %s: %w", msg.UUID, err)
+		if err := p.redeliverCounted(ctx, queue, d, msg); err != nil {
+			p.logger.Error("Counted redelivery failed, requeueing the message uncounted", err,
+				watermill.LogFields{"message_uuid": msg.UUID, "amqp_queue": queue})
+			if err := d.Nack(false, true); err != nil {
+				return fmt.Errorf("nack %s: %w", msg.UUID, err)
+			}
+			return nil
+		}
+		if err := d.Ack(false); err != nil {
+			// The copy is in the queue; the original comes back too once
+			// the channel closes: a duplicate, which consumers absorb.
+			return fmt.Errorf("ack %s after its counted redelivery: %w", msg.UUID, err)
 		}
 	case <-p.closeCtx.Done():
-		_ = d.Nack(false, true)
+		// Returned to the queue by the channel's close, as above.
 		return ErrClosed
 	case amqpErr := <-closed:
 		// The broker requeues the delivery itself.

@@ -157,7 +157,7 @@ func TestForeignMessageWithTypedHeaders(t *testing.T) {
 	assert.Equal(t, map[string]string{
 		"x-death":          `[{"count":2,"exchange":"stackup.core-to-ai","queue":"ai.analyze.resume","reason":"rejected","routing-keys":["analyze.resume"],"time":"2026-04-27T15:00:00Z"}]`,
 		"x-delivery-count": "3",
-		"x-attempt":        "1",
+		"x-attempt":        "4", // the publisher's 1, and 3 redeliveries by the broker
 		"redelivered-flag": "true",
 		"raw":              "bytes",
 		"x-trace-id":       "local-test",
@@ -289,29 +289,40 @@ func TestPublisherConfirms(t *testing.T) {
 	}
 }
 
-// Quorum queues count deliveries in an integer x-delivery-count header, which
-// arrives as metadata like any other.
+// Quorum queues count the deliveries of a message the consumer did not settle
+// (x-delivery-count); nacks are counted by eventpipe's redelivery (x-attempt).
+// Both add up to the attempt number.
 func TestQuorumQueue(t *testing.T) {
 	t.Parallel()
 	amqpURL, vhost := newVhost(t)
-	ps := newPubSub(t, amqpURL, func(c *rabbitmq.Config) { c.QueueType = rabbitmq.QueueQuorum })
+	quorum := func(c *rabbitmq.Config) { c.QueueType = rabbitmq.QueueQuorum }
+	ps := newPubSub(t, amqpURL, quorum)
 	topic := brokertest.Topic(t)
 
 	sent := message.NewMessage(watermill.NewUUID(), []byte("count me"))
 	require.NoError(t, ps.Publish(topic, sent))
 	assert.Contains(t, rabbitmqctl(t, "list_queues", "-p", vhost, "name", "type"), topic+"\tquorum")
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	msgs, err := ps.Subscribe(ctx, topic)
+	msgs, err := ps.Subscribe(context.Background(), topic)
 	require.NoError(t, err)
 	first := brokertest.Next(t, msgs, 30*time.Second)
 	assert.Equal(t, sent.UUID, first.UUID)
+	assert.Equal(t, "0", first.Metadata.Get(broker.AttemptKey))
 	first.Nack()
 	again := brokertest.Next(t, msgs, 30*time.Second)
-	again.Ack()
 	assert.Equal(t, sent.UUID, again.UUID)
-	assert.Equal(t, "1", again.Metadata.Get("x-delivery-count"))
+	assert.Equal(t, "1", again.Metadata.Get(broker.AttemptKey), "the nack is counted")
+	// Neither acked nor nacked: closing gives it back to the queue, which
+	// counts that delivery itself.
+	require.NoError(t, ps.Close())
+
+	ps2 := newPubSub(t, amqpURL, quorum)
+	msgs2, err := ps2.Subscribe(context.Background(), topic)
+	require.NoError(t, err)
+	third := brokertest.Next(t, msgs2, 30*time.Second)
+	third.Ack()
+	assert.Equal(t, sent.UUID, third.UUID)
+	assert.Equal(t, "2", third.Metadata.Get(broker.AttemptKey), "the unsettled delivery is counted by the broker")
 }
 
 func TestBrokerUnreachable(t *testing.T) {
