@@ -17,26 +17,6 @@ import (
 	"github.com/eventpipe/eventpipe/app/route"
 )
 
-// The metadata a dead letter carries besides the original's, on every broker
-// (AMQP headers, SQS message attributes, Postgres metadata). broker.FirstFailureKey
-// and TraceIDKey complete it.
-const (
-	// DeadLetterReasonKey is the error that dead-lettered the message,
-	// cut to MaxReasonBytes.
-	DeadLetterReasonKey = "x-dead-letter-reason"
-	// DeadLetterClassKey is the failure class of that error: permanent or transient.
-	DeadLetterClassKey = "x-dead-letter-class"
-	// DeadLetterAttemptsKey is how many attempts were made (1-based count).
-	DeadLetterAttemptsKey = "x-dead-letter-attempts"
-	// LastFailureKey is when the last attempt failed (RFC 3339, UTC).
-	LastFailureKey = "x-last-failure-at"
-	// SourceQueueKey is the queue the message was consumed from; a redrive
-	// sends it back there.
-	SourceQueueKey = "x-source-queue"
-	// DeadLetteredAtKey is when the message was dead-lettered.
-	DeadLetteredAtKey = "x-dead-lettered-at"
-)
-
 // MaxReasonBytes bounds the reason a dead letter carries: enough for an
 // error chain, small against SQS's attribute budget.
 const MaxReasonBytes = 1024
@@ -167,18 +147,23 @@ func (p Policy) deadLetter(ctx context.Context, msg *message.Message, attempts i
 	dl := message.NewMessage(msg.UUID, msg.Payload)
 	for k, v := range msg.Metadata {
 		switch k {
-		case broker.AttemptKey, broker.NackDelayKey:
+		case broker.AttemptKey, broker.NackDelayKey, broker.FirstFailureKey, broker.DeadLetterKey, TracestateKey:
+			// The DLQ's adapter counts its own attempts; the history is in
+			// DeadLetterKey; tracestate would cost an SQS attribute.
 		default:
 			dl.Metadata.Set(k, v)
 		}
 	}
-	dl.Metadata.Set(DeadLetterReasonKey, truncateUTF8(cause.Error(), MaxReasonBytes))
-	dl.Metadata.Set(DeadLetterClassKey, class.String())
-	dl.Metadata.Set(DeadLetterAttemptsKey, strconv.Itoa(attempts))
-	dl.Metadata.Set(broker.FirstFailureKey, firstFailure.Format(time.RFC3339Nano))
-	dl.Metadata.Set(LastFailureKey, now.Format(time.RFC3339Nano))
-	dl.Metadata.Set(SourceQueueKey, message.SubscribeTopicFromCtx(ctx))
-	dl.Metadata.Set(DeadLetteredAtKey, now.Format(time.RFC3339Nano))
+	broker.SetDeadLetter(dl, broker.DeadLetter{
+		Reason:         truncateUTF8(cause.Error(), MaxReasonBytes),
+		Class:          class.String(),
+		Attempts:       attempts,
+		FirstFailureAt: firstFailure,
+		LastFailureAt:  now,
+		SourceQueue:    message.SubscribeTopicFromCtx(ctx),
+		DeadLetteredAt: now,
+		TraceID:        TraceID(ctx),
+	})
 	if id := TraceID(ctx); id != "" {
 		dl.Metadata.Set(TraceIDKey, id)
 	}

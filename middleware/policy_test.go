@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -159,13 +160,18 @@ func TestPolicyInProcess(t *testing.T) {
 			dl := run.dlq[0]
 			assert.Equal(t, "msg-1", dl.UUID, "the dead letter keeps the message id")
 			assert.JSONEq(t, `{"n":1}`, string(dl.Payload))
-			assert.Equal(t, c.wantDLQClass, dl.Metadata.Get(middleware.DeadLetterClassKey))
-			assert.NotEmpty(t, dl.Metadata.Get(middleware.DeadLetterReasonKey))
+			info, ok, err := broker.DeadLetterOf(dl)
+			require.NoError(t, err)
+			require.True(t, ok)
+			assert.Equal(t, c.wantDLQClass, info.Class)
+			assert.NotEmpty(t, info.Reason)
+			earlier, _ := strconv.Atoi(c.meta[broker.AttemptKey])
+			assert.Equal(t, earlier+len(c.wantAttempts), info.Attempts)
+			assert.Equal(t, "trace-1", info.TraceID)
 			assert.Equal(t, "trace-1", dl.Metadata.Get(middleware.TraceIDKey))
 			assert.Empty(t, dl.Metadata.Get(broker.AttemptKey), "the DLQ's adapter sets its own")
-			for _, k := range []string{broker.FirstFailureKey, middleware.LastFailureKey, middleware.DeadLetteredAtKey} {
-				_, err := time.Parse(time.RFC3339Nano, dl.Metadata.Get(k))
-				assert.NoError(t, err, k)
+			for _, ts := range []time.Time{info.FirstFailureAt, info.LastFailureAt, info.DeadLetteredAt} {
+				assert.WithinDuration(t, time.Now(), ts, time.Minute)
 			}
 			assert.Equal(t, 1.0, testutil.ToFloat64(run.metrics.DeadLettered.WithLabelValues("", "")))
 		})
@@ -181,13 +187,16 @@ func TestPolicyDeadLetterCarriesTheHistory(t *testing.T) {
 	require.NoError(t, run.err)
 	require.Len(t, run.dlq, 1)
 	dl := run.dlq[0]
-	assert.Equal(t, "3", dl.Metadata.Get(middleware.DeadLetterAttemptsKey))
-	assert.Equal(t, first.Format(time.RFC3339Nano), dl.Metadata.Get(broker.FirstFailureKey))
+	info, ok, err := broker.DeadLetterOf(dl)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, 3, info.Attempts)
+	assert.Equal(t, first, info.FirstFailureAt)
 	assert.Equal(t, "kept", dl.Metadata.Get("x-custom"))
-	reason := dl.Metadata.Get(middleware.DeadLetterReasonKey)
-	assert.LessOrEqual(t, len(reason), middleware.MaxReasonBytes)
-	assert.True(t, strings.HasPrefix(reason, "éé"), "cut on a character boundary: %q", reason[:8])
-	assert.NotContains(t, reason, "\uFFFD")
+	assert.Empty(t, dl.Metadata.Get(broker.FirstFailureKey), "in the history, not a key of its own")
+	assert.LessOrEqual(t, len(info.Reason), middleware.MaxReasonBytes)
+	assert.True(t, strings.HasPrefix(info.Reason, "éé"), "cut on a character boundary: %q", info.Reason[:8])
+	assert.NotContains(t, info.Reason, "\uFFFD")
 }
 
 func TestPolicyBrokerRedelivery(t *testing.T) {
