@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/route"
+	"github.com/eventpipe/eventpipe/app/telemetry"
 	"github.com/eventpipe/eventpipe/config"
 	"github.com/eventpipe/eventpipe/handlers/demo"
 	"github.com/eventpipe/eventpipe/middleware"
@@ -33,6 +35,9 @@ type Service struct {
 	cfg      config.Config
 	logger   *slog.Logger
 	broker   broker.PubSub
+	// publisher is broker with a producer span per message (telemetry).
+	publisher      message.Publisher
+	tracerShutdown func(context.Context) error
 	db       *pgxpool.Pool // nil unless postgres.dsn is set
 	router   *message.Router
 	routes   route.Set
@@ -47,11 +52,24 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Service,
 	s := &Service{cfg: cfg, logger: logger, registry: prometheus.NewRegistry()}
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	tp, tracerShutdown, err := telemetry.Setup(ctx, telemetry.Config{
+		Exporter:    cfg.Telemetry.Exporter,
+		Endpoint:    cfg.Telemetry.Endpoint,
+		ServiceName: cfg.Telemetry.ServiceName,
+		SampleRatio: cfg.Telemetry.SampleRatio,
+	}, os.Stdout)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: %w", err)
+	}
+	s.tracerShutdown = tracerShutdown
+
 	ps, err := NewBroker(ctx, cfg, logger)
 	if err != nil {
+		_ = tracerShutdown(ctx)
 		return nil, err
 	}
 	s.broker = ps
+	s.publisher = middleware.TracingPublisher(ps, tp)
 
 	if cfg.Postgres.DSN != "" && cfg.Broker.Kind != config.KindPostgres {
 		pool, err := pgxpool.New(ctx, cfg.Postgres.DSN)
@@ -70,10 +88,11 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Service,
 	deps := middleware.Deps{
 		Logger:    logger,
 		Metrics:   middleware.NewMetrics(s.registry),
-		Publisher: ps,
+		Publisher: s.publisher,
 		NackDelay: nacksWithDelay(ps),
+		Tracer:    tp,
 	}
-	s.routes = Routes(cfg, ps, logger)
+	s.routes = Routes(cfg, s.publisher, logger)
 	for _, r := range s.routes {
 		policy := r.EffectivePolicy()
 		if err := policy.Validate(); err != nil {
@@ -118,7 +137,7 @@ func Catalog() route.Set {
 }
 
 // Publisher is the service's broker, for producers running beside the router.
-func (s *Service) Publisher() message.Publisher { return s.broker }
+func (s *Service) Publisher() message.Publisher { return s.publisher }
 
 // AdminAddr is the address the admin server listens on ("" when disabled).
 func (s *Service) AdminAddr() string {
@@ -163,7 +182,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 
 	if s.cfg.Demo.Enabled {
-		wg.Go(func() { demo.Produce(ctx, s.broker, s.cfg.Demo.Interval, s.logger) })
+		wg.Go(func() { demo.Produce(ctx, s.publisher, s.cfg.Demo.Interval, s.logger) })
 	}
 
 	var runErr error
@@ -209,5 +228,10 @@ func (s *Service) closeResources() {
 	}
 	if s.db != nil {
 		s.db.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.tracerShutdown(ctx); err != nil {
+		s.logger.Warn("tracer shutdown", slog.Any("error", err))
 	}
 }

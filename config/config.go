@@ -93,6 +93,8 @@ type Config struct {
 	Serve Serve `yaml:"serve" envPrefix:"SERVE_"`
 	// Demo configures the demo route that `make run` shows.
 	Demo Demo `yaml:"demo" envPrefix:"DEMO_"`
+	// Telemetry configures OpenTelemetry tracing. Off by default.
+	Telemetry Telemetry `yaml:"telemetry" envPrefix:"TELEMETRY_"`
 }
 
 // Broker selects the message broker.
@@ -213,6 +215,29 @@ type Demo struct {
 // Defaults returns the default configuration: the embedded memory broker,
 // the admin server on 127.0.0.1:9090, info logs as text. It is valid, and it
 // is the one place defaults are written down.
+// Exporters telemetry.exporter accepts.
+const (
+	ExporterNone   = "none"
+	ExporterStdout = "stdout"
+	ExporterOTLP   = "otlp"
+)
+
+// Telemetry configures OpenTelemetry tracing: spans from publish to consume,
+// with the W3C trace context (traceparent) in every message's metadata.
+type Telemetry struct {
+	// Exporter is where spans go: none, stdout or otlp (OTLP/HTTP). Default
+	// none: no spans are recorded and no traceparent is added.
+	Exporter string `yaml:"exporter" env:"EXPORTER" doc:"Where spans go: none, stdout or otlp (OTLP/HTTP); none records nothing."`
+	// Endpoint is the OTLP/HTTP endpoint: host:port, spoken to in plain HTTP
+	// (a local collector), or an http(s):// URL. Required when exporter is otlp.
+	Endpoint string `yaml:"endpoint" env:"ENDPOINT" doc:"OTLP/HTTP endpoint: host:port (plain HTTP, e.g. localhost:4318) or an http(s):// URL; required when exporter is otlp."`
+	// ServiceName is the service.name of every span.
+	ServiceName string `yaml:"service_name" env:"SERVICE_NAME" doc:"service.name resource attribute of every span."`
+	// SampleRatio is the fraction of new traces recorded; a trace continued
+	// from a traceparent follows its parent.
+	SampleRatio float64 `yaml:"sample_ratio" env:"SAMPLE_RATIO" doc:"Fraction of new traces recorded (more than 0, at most 1); continued traces follow their parent."`
+}
+
 func Defaults() Config {
 	return Config{
 		Broker: Broker{Kind: KindMemory},
@@ -242,5 +267,6 @@ func Defaults() Config {
 		Log:   Log{Level: LevelInfo, Format: FormatText},
 		Serve: Serve{ShutdownTimeout: 30 * time.Second, ConnectTimeout: 0},
 		Demo:  Demo{Enabled: false, Interval: time.Second},
+		Telemetry: Telemetry{Exporter: ExporterNone, ServiceName: "eventpipe", SampleRatio: 1},
 	}
 }

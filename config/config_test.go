@@ -80,7 +80,7 @@ func TestEveryKeyHasEnvVarAndDoc(t *testing.T) {
 			}
 			assert.Equal(t, "EVENTPIPE_"+strings.ToUpper(strings.ReplaceAll(path, ".", "_")), v.Name, path)
 			assert.NotEmpty(t, v.Doc, path)
-			assert.Contains(t, []string{"string", "int", "bool", "duration"}, v.Type, path)
+			assert.Contains(t, []string{"string", "int", "bool", "duration", "number"}, v.Type, path)
 		}
 	}
 	assert.Len(t, byPath, leaves)

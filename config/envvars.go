@@ -104,6 +104,8 @@ func typeName(t reflect.Type) string {
 		return "bool"
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		return "int"
+	case reflect.Float32, reflect.Float64:
+		return "number"
 	case reflect.String:
 		return "string"
 	}
@@ -120,6 +122,8 @@ func formatValue(v reflect.Value) string {
 		return strconv.FormatBool(v.Bool())
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		return strconv.FormatInt(v.Int(), 10)
+	case reflect.Float32, reflect.Float64:
+		return strconv.FormatFloat(v.Float(), 'g', -1, 64)
 	case reflect.String:
 		return v.String()
 	}

@@ -227,6 +227,8 @@ func wantText(t reflect.Type) string {
 		return `a duration such as "20s" or "100ms"`
 	case "int":
 		return "an integer"
+	case "number":
+		return "a number such as 0.25"
 	case "bool":
 		return "true or false"
 	case "string":

@@ -179,7 +179,7 @@ func TestLoadProblems(t *testing.T) {
 		{
 			name: "unknown section lists the known ones",
 			yaml: "log:\n  level: info\nkafka:\n  brokers: x\n",
-			want: []string{"kafka: unknown key; known keys: broker, memory, rabbitmq, sqs, postgres, admin, log, serve, demo (FILE:3)"},
+			want: []string{"kafka: unknown key; known keys: broker, memory, rabbitmq, sqs, postgres, admin, log, serve, demo, telemetry (FILE:3)"},
 		},
 		{
 			name: "three mistakes, three problems",

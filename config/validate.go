@@ -140,6 +140,16 @@ func (c Config) Validate() error {
 
 	positive(&ps, "demo.interval", c.Demo.Interval)
 
+	oneOf(&ps, "telemetry.exporter", c.Telemetry.Exporter, ExporterNone, ExporterStdout, ExporterOTLP)
+	if c.Telemetry.Exporter == ExporterOTLP && strings.TrimSpace(c.Telemetry.Endpoint) == "" {
+		ps.add("telemetry.endpoint", "required when telemetry.exporter is otlp")
+	}
+	if strings.TrimSpace(c.Telemetry.ServiceName) == "" {
+		ps.add("telemetry.service_name", "must not be empty")
+	}
+	if r := c.Telemetry.SampleRatio; !(r > 0 && r <= 1) { // also rejects NaN
+		ps.add("telemetry.sample_ratio", "must be more than 0 and at most 1, got %v", r)
+	}
 	return ps.err()
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	wmw "github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/eventpipe/eventpipe/app/route"
 )
@@ -18,6 +19,8 @@ type Deps struct {
 	// NackDelay says the broker delays nacked messages natively
 	// (broker.NackDelayer).
 	NackDelay bool
+	// Tracer records spans (telemetry.Setup); nil or no-op records nothing.
+	Tracer trace.TracerProvider
 }
 
 // Chain returns the middleware of one route, in the one order they run,
@@ -26,12 +29,15 @@ type Deps struct {
 // panic recovery.
 //
 //  1. Correlation: every message has a trace id, in its context and on what it produces.
-//  2. Observe: one log line and the metrics per message, after all attempts;
+//  2. Tracing: one consumer span per delivery, continuing the publisher's
+//     trace (traceparent) or the x-trace-id's; dead letters and anything
+//     published while handling are its children.
+//  3. Observe: one log line and the metrics per message, after all attempts;
 //     a duplicate (failure.Duplicate) is acknowledged here without effect.
-//  3. Policy: the route's failure policy — retries with backoff (in process
+//  4. Policy: the route's failure policy — retries with backoff (in process
 //     or by the broker), drop or dead-letter with the reason; a handler cut
 //     short by shutdown is nacked, never retried or dead-lettered.
-//  4. Recoverer: a panicking handler becomes an error, never a crash.
+//  5. Recoverer: a panicking handler becomes an error, never a crash.
 func Chain(d Deps, p route.Policy) []message.HandlerMiddleware {
 	policy := Policy{
 		Route:     p,
@@ -42,6 +48,7 @@ func Chain(d Deps, p route.Policy) []message.HandlerMiddleware {
 	}
 	return []message.HandlerMiddleware{
 		Correlation,
+		Tracing(d.Tracer),
 		Observe(d.Logger, d.Metrics),
 		policy.Middleware,
 		wmw.Recoverer,

@@ -54,14 +54,19 @@ func NewMessage(ctx context.Context, payload []byte) *message.Message {
 }
 
 // Correlation gives every message a trace id before anything else runs: the
-// one in its metadata, or a new one for a message that arrived without. The
+// one in its metadata, else the trace id of its W3C traceparent, else a new
+// one. The
 // id goes into the message's context (so logs and published messages carry it)
 // and onto every message the handler returns.
 func Correlation(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		id := msg.Metadata.Get(TraceIDKey)
 		if id == "" {
-			id = NewTraceID()
+			if fromParent, ok := TraceIDFromTraceparent(msg.Metadata.Get(TraceparentKey)); ok {
+				id = fromParent
+			} else {
+				id = NewTraceID()
+			}
 			msg.Metadata.Set(TraceIDKey, id)
 		}
 		msg.SetContext(WithTraceID(msg.Context(), id))
