@@ -89,18 +89,15 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Service,
 		Logger:    logger,
 		Metrics:   middleware.NewMetrics(s.registry),
 		Publisher: s.publisher,
-		NackDelay: nacksWithDelay(ps),
+		NackDelay: NacksWithDelay(ps),
 		Tracer:    tp,
 	}
 	s.routes = Routes(cfg, s.publisher, logger)
 	for _, r := range s.routes {
-		policy := r.EffectivePolicy()
-		if err := policy.Validate(); err != nil {
+		if err := AddRoute(router, ps, deps, r); err != nil {
 			s.closeResources()
-			return nil, fmt.Errorf("route %s: policy: %w", r.Name, err)
+			return nil, err
 		}
-		h := router.AddConsumerHandler(r.Name, r.Queue, ps, r.Handle)
-		h.AddMiddleware(middleware.Chain(deps, policy)...)
 	}
 	s.router = router
 
@@ -115,8 +112,20 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Service,
 	return s, nil
 }
 
-// nacksWithDelay reports whether ps delays nacked messages itself.
-func nacksWithDelay(ps broker.PubSub) bool {
+// AddRoute adds r to router, consuming from sub, with the one middleware
+// chain (middleware.Chain) and the route's policy.
+func AddRoute(router *message.Router, sub message.Subscriber, deps middleware.Deps, r route.Route) error {
+	policy := r.EffectivePolicy()
+	if err := policy.Validate(); err != nil {
+		return fmt.Errorf("route %s: policy: %w", r.Name, err)
+	}
+	router.AddConsumerHandler(r.Name, r.Queue, sub, r.Handle).AddMiddleware(middleware.Chain(deps, policy)...)
+	return nil
+}
+
+// NacksWithDelay reports whether ps delays nacked messages itself
+// (broker.NackDelayer), for middleware.Deps.
+func NacksWithDelay(ps broker.PubSub) bool {
 	nd, ok := ps.(broker.NackDelayer)
 	return ok && nd.NacksWithDelay()
 }

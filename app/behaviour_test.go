@@ -1,0 +1,566 @@
+package app_test
+
+// The behaviour matrix: the same failure contracts, checked end to end through
+// the router and the one middleware chain, on every broker.
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventpipe/eventpipe/app"
+	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/broker/brokertest"
+	"github.com/eventpipe/eventpipe/app/broker/memory"
+	"github.com/eventpipe/eventpipe/app/broker/postgres"
+	"github.com/eventpipe/eventpipe/app/broker/rabbitmq"
+	"github.com/eventpipe/eventpipe/app/broker/sqs"
+	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/internal/testenv"
+	"github.com/eventpipe/eventpipe/app/route"
+	"github.com/eventpipe/eventpipe/middleware"
+)
+
+// behaviourBroker is one broker of the matrix.
+type behaviourBroker struct {
+	kind string
+	// durable: messages outlive the consumer's process. The embedded broker
+	// lives in the process, so a crash or a restart loses its messages by
+	// design (decision 0002); those cases do not apply to it.
+	durable bool
+	// redelivery bounds how long a message given back (nack, crash) takes to
+	// come again.
+	redelivery time.Duration
+}
+
+var behaviourBrokers = []behaviourBroker{
+	{kind: "memory", durable: false, redelivery: 5 * time.Second},
+	{kind: "rabbitmq", durable: true, redelivery: 15 * time.Second},
+	{kind: "sqs", durable: true, redelivery: 20 * time.Second},
+	{kind: "postgres", durable: true, redelivery: 20 * time.Second},
+}
+
+// Environment variables of the crash child process.
+const (
+	childKindEnv  = "EVENTPIPE_TEST_CHILD_KIND"
+	childScopeEnv = "EVENTPIPE_TEST_CHILD_SCOPE"
+	childQueueEnv = "EVENTPIPE_TEST_CHILD_QUEUE"
+)
+
+// newBehaviourBroker connects to the broker of kind. scope names the state a
+// test shares with its child process (the Postgres schema). Timeouts are
+// short so that a crashed consumer's message comes back within seconds.
+func newBehaviourBroker(t testing.TB, kind, scope string) broker.PubSub {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	logger := watermill.NopLogger{}
+	var (
+		ps  broker.PubSub
+		err error
+	)
+	switch kind {
+	case "memory":
+		ps, err = memory.New(memory.Config{}, logger)
+	case "rabbitmq":
+		ps, err = rabbitmq.New(ctx, rabbitmq.Config{URL: testenv.RabbitMQURL(t)}, logger)
+	case "sqs":
+		ps, err = sqs.New(ctx, sqs.Config{
+			Region:            testenv.SQSRegion,
+			Endpoint:          testenv.SQSEndpoint(t),
+			Credentials:       credentials.NewStaticCredentialsProvider("test", "test", ""),
+			CreateQueues:      true,
+			WaitTime:          time.Second,
+			VisibilityTimeout: 3 * time.Second,
+		}, logger)
+	case "postgres":
+		ps, err = postgres.New(ctx, postgres.Config{
+			DSN:                  testenv.PostgresDSN(t),
+			Schema:               scope,
+			AutoInitializeSchema: true,
+			MaxConns:             4,
+			AckDeadline:          3 * time.Second,
+			PollInterval:         100 * time.Millisecond,
+		}, logger)
+	default:
+		t.Fatalf("unknown broker kind %q", kind)
+	}
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ps.Close() })
+	return ps
+}
+
+// behaviourScope returns a Postgres schema for the test, dropped at its end.
+func behaviourScope(t *testing.T, kind string) string {
+	t.Helper()
+	scope := "ep_behaviour_" + strings.ToLower(strings.ReplaceAll(watermill.NewShortUUID(), "-", ""))
+	if kind == "postgres" {
+		dsn := testenv.PostgresDSN(t)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			conn, err := pgx.Connect(ctx, dsn)
+			if err != nil {
+				t.Logf("drop schema %s: %v", scope, err)
+				return
+			}
+			defer conn.Close(ctx)
+			if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{scope}.Sanitize()+` CASCADE`); err != nil {
+				t.Logf("drop schema %s: %v", scope, err)
+			}
+		})
+	}
+	return scope
+}
+
+// effects records what a handler did, per message id.
+type effects struct {
+	mu       sync.Mutex
+	attempts map[string][]int
+	done     map[string]int
+	changed  chan struct{}
+}
+
+func newEffects() *effects {
+	return &effects{attempts: map[string][]int{}, done: map[string]int{}, changed: make(chan struct{}, 1)}
+}
+
+func (e *effects) attempt(msg *message.Message) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.attempts[msg.UUID] = append(e.attempts[msg.UUID], middleware.Attempt(msg.Context()))
+	e.notify()
+}
+
+func (e *effects) effect(id string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.done[id]++
+	e.notify()
+}
+
+func (e *effects) notify() {
+	select {
+	case e.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (e *effects) snapshot(id string) (attempts []int, done int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.attempts[id]), e.done[id]
+}
+
+// waitFor waits until cond holds for message id, or fails the test.
+func (e *effects) waitFor(t *testing.T, id string, timeout time.Duration, what string, cond func(attempts []int, done int) bool) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		attempts, done := e.snapshot(id)
+		if cond(attempts, done) {
+			return
+		}
+		select {
+		case <-e.changed:
+		case <-time.After(100 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("%s: not within %s (attempts %v, effects %d)", what, timeout, attempts, done)
+		}
+	}
+}
+
+// startRoute runs one route on ps until the test ends or stop is called.
+func startRoute(t *testing.T, ps broker.PubSub, r route.Route) (stop func()) {
+	t.Helper()
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
+	require.NoError(t, err)
+	deps := middleware.Deps{
+		Logger:    slog.New(slog.DiscardHandler),
+		Metrics:   middleware.NewMetrics(prometheus.NewRegistry()),
+		Publisher: ps,
+		NackDelay: app.NacksWithDelay(ps),
+	}
+	require.NoError(t, app.AddRoute(router, ps, deps, r))
+	done := make(chan error, 1)
+	go func() { done <- router.Run(context.Background()) }()
+	select {
+	case <-router.Running():
+	case err := <-done:
+		t.Fatalf("router: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("router did not start")
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			_ = router.Close()
+			<-done
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// subscribeDLQ starts consuming the dead-letter queue before anything can be
+// dead-lettered (the embedded broker keeps nothing for absent subscribers).
+func subscribeDLQ(t *testing.T, ps broker.PubSub, dlq string) <-chan *message.Message {
+	t.Helper()
+	if init, ok := ps.(message.SubscribeInitializer); ok {
+		require.NoError(t, init.SubscribeInitialize(dlq))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	msgs, err := ps.Subscribe(ctx, dlq)
+	require.NoError(t, err)
+	return msgs
+}
+
+func publish(t *testing.T, ps broker.PubSub, queue string, msgs ...*message.Message) {
+	t.Helper()
+	if init, ok := ps.(message.SubscribeInitializer); ok {
+		require.NoError(t, init.SubscribeInitialize(queue))
+	}
+	require.NoError(t, ps.Publish(queue, msgs...))
+}
+
+// noMessage fails if msgs yields a message within d.
+func noMessage(t *testing.T, msgs <-chan *message.Message, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case m := <-msgs:
+		if m != nil {
+			m.Ack()
+			t.Fatalf("%s: got message %s", what, m.UUID)
+		}
+	case <-time.After(d):
+	}
+}
+
+func testPolicy(redelivery route.Redelivery, onPermanent route.OnPermanent, dlq string) route.Policy {
+	return route.Policy{
+		MaxAttempts:     3,
+		Redelivery:      redelivery,
+		Backoff:         route.Backoff{Initial: 300 * time.Millisecond, Multiplier: 2, Max: time.Second, Jitter: 0.1},
+		OnPermanent:     onPermanent,
+		DeadLetterQueue: dlq,
+	}
+}
+
+var errDatabaseRestarting = errors.New("database is restarting")
+
+func TestBehaviourMatrix(t *testing.T) {
+	t.Parallel()
+	for _, b := range behaviourBrokers {
+		t.Run(b.kind, func(t *testing.T) {
+			t.Parallel()
+			cases := []struct {
+				name string
+				run  func(t *testing.T, b behaviourBroker)
+			}{
+				{"transient twice then success, in process", func(t *testing.T, b behaviourBroker) {
+					testTransientThenSuccess(t, b, route.InProcess)
+				}},
+				{"transient twice then success, broker redelivery", func(t *testing.T, b behaviourBroker) {
+					testTransientThenSuccess(t, b, route.Broker)
+				}},
+				{"permanent, drop", testPermanentDrop},
+				{"permanent, dead-letter at once", testPermanentDeadLetter},
+				{"permanent, fail until max", testPermanentFailUntilMax},
+				{"transient forever", testTransientForever},
+				{"duplicate delivery", testDuplicateDelivery},
+				{"shutdown during processing", testShutdownDuringProcessing},
+				{"consumer killed mid-handler", testKilledMidHandler},
+			}
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					t.Parallel()
+					c.run(t, b)
+				})
+			}
+		})
+	}
+}
+
+type fixture struct {
+	ps      broker.PubSub
+	queue   string
+	dlq     string
+	dead    <-chan *message.Message
+	effects *effects
+	scope   string
+}
+
+func newFixture(t *testing.T, b behaviourBroker) *fixture {
+	t.Helper()
+	scope := behaviourScope(t, b.kind)
+	ps := newBehaviourBroker(t, b.kind, scope)
+	queue := brokertest.Topic(t)
+	dlq := queue + "-dlq"
+	return &fixture{ps: ps, queue: queue, dlq: dlq, dead: subscribeDLQ(t, ps, dlq), effects: newEffects(), scope: scope}
+}
+
+func (f *fixture) route(policy route.Policy, handle func(msg *message.Message) error) route.Route {
+	return route.Route{
+		Name:  "behaviour",
+		Queue: f.queue,
+		Handle: func(msg *message.Message) error {
+			f.effects.attempt(msg)
+			return handle(msg)
+		},
+		Policy: policy,
+	}
+}
+
+func newTracedMessage(payload string) *message.Message {
+	msg := message.NewMessage(watermill.NewUUID(), []byte(payload))
+	msg.Metadata.Set(middleware.TraceIDKey, middleware.NewTraceID())
+	return msg
+}
+
+// expectDeadLetter waits for msg's dead letter and checks its history.
+func (f *fixture) expectDeadLetter(t *testing.T, b behaviourBroker, msg *message.Message, class string, attempts int, reason string) {
+	t.Helper()
+	dl := brokertest.Next(t, f.dead, 3*b.redelivery)
+	dl.Ack()
+	assert.Equal(t, msg.UUID, dl.UUID, "the dead letter keeps the message id")
+	assert.Equal(t, string(msg.Payload), string(dl.Payload))
+	info, ok, err := broker.DeadLetterOf(dl)
+	require.NoError(t, err)
+	require.True(t, ok, "dead letter without its history: %v", dl.Metadata)
+	assert.Equal(t, class, info.Class)
+	assert.Equal(t, attempts, info.Attempts)
+	assert.Contains(t, info.Reason, reason)
+	assert.Equal(t, f.queue, info.SourceQueue)
+	assert.Equal(t, msg.Metadata.Get(middleware.TraceIDKey), info.TraceID)
+	assert.Equal(t, msg.Metadata.Get(middleware.TraceIDKey), dl.Metadata.Get(middleware.TraceIDKey))
+	assert.False(t, info.FirstFailureAt.After(info.LastFailureAt), "first failure %s after last %s", info.FirstFailureAt, info.LastFailureAt)
+	assert.WithinDuration(t, time.Now(), info.DeadLetteredAt, time.Minute)
+}
+
+func testTransientThenSuccess(t *testing.T, b behaviourBroker, redelivery route.Redelivery) {
+	f := newFixture(t, b)
+	msg := newTracedMessage(`{"n":1}`)
+	startRoute(t, f.ps, f.route(testPolicy(redelivery, route.DeadLetter, f.dlq), func(m *message.Message) error {
+		if middleware.Attempt(m.Context()) < 3 {
+			return errDatabaseRestarting
+		}
+		f.effects.effect(m.UUID)
+		return nil
+	}))
+	publish(t, f.ps, f.queue, msg)
+
+	f.effects.waitFor(t, msg.UUID, 3*b.redelivery, "one effect", func(_ []int, done int) bool { return done == 1 })
+	noMessage(t, f.dead, time.Second, "nothing dead-lettered")
+	attempts, done := f.effects.snapshot(msg.UUID)
+	assert.Equal(t, []int{1, 2, 3}, attempts, "the handler saw attempts 1, 2 and 3")
+	assert.Equal(t, 1, done)
+}
+
+func testPermanentDrop(t *testing.T, b behaviourBroker) {
+	f := newFixture(t, b)
+	msg := newTracedMessage(`not json`)
+	startRoute(t, f.ps, f.route(testPolicy(route.Broker, route.Drop, f.dlq), func(*message.Message) error {
+		return failure.Permanentf("decode body: %w", errors.New("invalid character 'o'"))
+	}))
+	publish(t, f.ps, f.queue, msg)
+
+	f.effects.waitFor(t, msg.UUID, b.redelivery, "first attempt", func(a []int, _ int) bool { return len(a) == 1 })
+	noMessage(t, f.dead, 2*time.Second, "a dropped message is not dead-lettered")
+	attempts, _ := f.effects.snapshot(msg.UUID)
+	assert.Equal(t, []int{1}, attempts, "a dropped message is acked, never redelivered")
+}
+
+func testPermanentDeadLetter(t *testing.T, b behaviourBroker) {
+	f := newFixture(t, b)
+	msg := newTracedMessage(`{"messageType":`)
+	startRoute(t, f.ps, f.route(testPolicy(route.InProcess, route.DeadLetter, f.dlq), func(*message.Message) error {
+		return failure.Permanentf("parse envelope: %w", errors.New("unexpected end of JSON input"))
+	}))
+	publish(t, f.ps, f.queue, msg)
+
+	f.expectDeadLetter(t, b, msg, "permanent", 1, "unexpected end of JSON input")
+	attempts, _ := f.effects.snapshot(msg.UUID)
+	assert.Equal(t, []int{1}, attempts, "dead-lettered at once, not retried")
+}
+
+func testPermanentFailUntilMax(t *testing.T, b behaviourBroker) {
+	f := newFixture(t, b)
+	msg := newTracedMessage(`{"event_type":"unknown"}`)
+	startRoute(t, f.ps, f.route(testPolicy(route.Broker, route.FailUntilMax, f.dlq), func(*message.Message) error {
+		return failure.Permanentf("unknown event type %q", "unknown")
+	}))
+	publish(t, f.ps, f.queue, msg)
+
+	f.expectDeadLetter(t, b, msg, "permanent", 3, "unknown event type")
+	attempts, _ := f.effects.snapshot(msg.UUID)
+	assert.Equal(t, []int{1, 2, 3}, attempts, "one attempt per delivery until the maximum")
+}
+
+func testTransientForever(t *testing.T, b behaviourBroker) {
+	f := newFixture(t, b)
+	msg := newTracedMessage(`{"n":2}`)
+	startRoute(t, f.ps, f.route(testPolicy(route.Broker, route.DeadLetter, f.dlq), func(*message.Message) error {
+		return errDatabaseRestarting
+	}))
+	publish(t, f.ps, f.queue, msg)
+
+	f.expectDeadLetter(t, b, msg, "transient", 3, errDatabaseRestarting.Error())
+	attempts, done := f.effects.snapshot(msg.UUID)
+	assert.Equal(t, []int{1, 2, 3}, attempts)
+	assert.Zero(t, done)
+}
+
+// testDuplicateDelivery publishes one message twice (the same id, as a
+// producer's retry or an outbox relay crash does). The handler's effect is
+// guarded by its idempotency key, so it happens once and the second delivery
+// is acked as a duplicate.
+func testDuplicateDelivery(t *testing.T, b behaviourBroker) {
+	f := newFixture(t, b)
+	var (
+		mu   sync.Mutex
+		seen = map[string]bool{}
+	)
+	startRoute(t, f.ps, f.route(testPolicy(route.InProcess, route.DeadLetter, f.dlq), func(m *message.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if seen[m.UUID] {
+			return failure.AsDuplicate(fmt.Errorf("message %s already processed", m.UUID))
+		}
+		seen[m.UUID] = true
+		f.effects.effect(m.UUID)
+		return nil
+	}))
+	msg := newTracedMessage(`{"n":3}`)
+	publish(t, f.ps, f.queue, msg)
+	publish(t, f.ps, f.queue, msg.Copy())
+
+	f.effects.waitFor(t, msg.UUID, b.redelivery, "both deliveries", func(a []int, _ int) bool { return len(a) == 2 })
+	noMessage(t, f.dead, time.Second, "a duplicate is not dead-lettered")
+	attempts, done := f.effects.snapshot(msg.UUID)
+	assert.Equal(t, 1, done, "one effect")
+	assert.Len(t, attempts, 2, "the duplicate is acked, not redelivered")
+}
+
+// testShutdownDuringProcessing stops the consumer while its handler runs: the
+// handler's context ends, the message goes back to the broker (never to the
+// DLQ), and the next consumer handles it.
+func testShutdownDuringProcessing(t *testing.T, b behaviourBroker) {
+	if !b.durable {
+		t.Log("the embedded broker's messages live in the consumer's process; a stopped consumer takes them along by design")
+		return
+	}
+	f := newFixture(t, b)
+	msg := newTracedMessage(`{"n":4}`)
+	started := make(chan struct{}, 1)
+	stop := startRoute(t, f.ps, f.route(testPolicy(route.InProcess, route.DeadLetter, f.dlq), func(m *message.Message) error {
+		started <- struct{}{}
+		select {
+		case <-m.Context().Done():
+			return m.Context().Err()
+		case <-time.After(time.Minute):
+			return errors.New("the shutdown never reached the handler")
+		}
+	}))
+	publish(t, f.ps, f.queue, msg)
+	select {
+	case <-started:
+	case <-time.After(b.redelivery):
+		t.Fatal("the handler never started")
+	}
+	stop() // the router closes its subscriber, as serve does at exit
+
+	restarted := newBehaviourBroker(t, b.kind, f.scope)
+	f.dead = subscribeDLQ(t, restarted, f.dlq)
+	startRoute(t, restarted, f.route(testPolicy(route.InProcess, route.DeadLetter, f.dlq), func(m *message.Message) error {
+		f.effects.effect(m.UUID)
+		return nil
+	}))
+	f.effects.waitFor(t, msg.UUID, 3*b.redelivery, "handled after the restart", func(_ []int, done int) bool { return done == 1 })
+	noMessage(t, f.dead, time.Second, "shutdown never dead-letters")
+}
+
+// testKilledMidHandler runs the consumer in a child process, kills it with
+// SIGKILL while the handler runs, and checks that the message comes back to
+// the next consumer and has its effect once.
+func testKilledMidHandler(t *testing.T, b behaviourBroker) {
+	if !b.durable {
+		t.Log("the embedded broker dies with its process, messages included, by design")
+		return
+	}
+	f := newFixture(t, b)
+	msg := newTracedMessage(`{"n":5}`)
+	publish(t, f.ps, f.queue, msg)
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestBehaviourCrashChild$", "-test.v")
+	cmd.Env = append(os.Environ(), childKindEnv+"="+b.kind, childScopeEnv+"="+f.scope, childQueueEnv+"="+f.queue)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = cmd.Stdout
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	handling := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if id, ok := strings.CutPrefix(sc.Text(), "HANDLING "); ok {
+				handling <- id
+			}
+		}
+	}()
+	select {
+	case id := <-handling:
+		require.Equal(t, msg.UUID, id)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the child never started handling the message")
+	}
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+
+	startRoute(t, f.ps, f.route(testPolicy(route.InProcess, route.DeadLetter, f.dlq), func(m *message.Message) error {
+		f.effects.effect(m.UUID)
+		return nil
+	}))
+	f.effects.waitFor(t, msg.UUID, 3*b.redelivery, "redelivered after the crash", func(_ []int, done int) bool { return done == 1 })
+	noMessage(t, f.dead, time.Second, "nothing dead-lettered")
+	_, done := f.effects.snapshot(msg.UUID)
+	assert.Equal(t, 1, done)
+}
+
+// TestBehaviourCrashChild is the consumer testKilledMidHandler kills; it does
+// nothing unless run by that test.
+func TestBehaviourCrashChild(t *testing.T) {
+	kind := os.Getenv(childKindEnv)
+	if kind == "" {
+		return
+	}
+	ps := newBehaviourBroker(t, kind, os.Getenv(childScopeEnv))
+	startRoute(t, ps, route.Route{
+		Name:  "doomed",
+		Queue: os.Getenv(childQueueEnv),
+		Handle: func(m *message.Message) error {
+			fmt.Println("HANDLING " + m.UUID)
+			time.Sleep(10 * time.Minute) // until SIGKILL
+			return nil
+		},
+	})
+	time.Sleep(10 * time.Minute)
+}
