@@ -70,6 +70,16 @@ func NackDelay(msg *message.Message) time.Duration {
 	return d
 }
 
+// PartialPublishError is implemented by a Publish error when the adapter
+// knows that only some messages of the call were not sent: FailedUUIDs names
+// them, and every other message of the call was confirmed. Callers that track
+// messages one by one (the outbox relay) treat any other Publish error as
+// "none confirmed".
+type PartialPublishError interface {
+	error
+	FailedUUIDs() []string
+}
+
 // MaxPayloadBytes is the largest message body eventpipe accepts on any broker:
 // SQS's limit (1 MiB), applied everywhere so that the same code behaves the same
 // on every broker. Larger payloads need a claim check.

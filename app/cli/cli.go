@@ -62,6 +62,8 @@ EVENTPIPE_* environment variables; switch brokers with EVENTPIPE_BROKER.`,
 		"YAML configuration file (env EVENTPIPE_CONFIG); defaults and EVENTPIPE_* variables apply without one")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(e.serveCmd(), e.publishCmd(), e.topologyCmd(), versionCmd())
+	root.AddCommand(e.migrateCmd())
+	root.AddCommand(e.relayCmd())
 
 	err := root.ExecuteContext(ctx)
 	if err == nil {

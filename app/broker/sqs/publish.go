@@ -50,6 +50,18 @@ func (e *PublishError) Error() string {
 	return b.String()
 }
 
+// FailedUUIDs names the messages SQS did not accept; it makes *PublishError a
+// broker.PartialPublishError.
+func (e *PublishError) FailedUUIDs() []string {
+	ids := make([]string, len(e.Failed))
+	for i, f := range e.Failed {
+		ids[i] = f.UUID
+	}
+	return ids
+}
+
+var _ broker.PartialPublishError = (*PublishError)(nil)
+
 // Unwrap returns each failed message's error, so errors.Is finds a context
 // cancellation or a transport error.
 func (e *PublishError) Unwrap() []error {

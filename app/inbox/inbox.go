@@ -1,0 +1,65 @@
+// Package inbox makes a message's effect happen at most once per consumer: a
+// marker row (consumer, message id) is inserted in the same transaction as the
+// effect, so that the effect and "this message was handled" commit together or
+// not at all (DESIGN.md, reliability contract 2). With at-least-once delivery
+// from the broker this gives an exactly-once effect.
+//
+// Watermill's Deduplicator marks a message before the handler succeeds, so a
+// crash between the two loses the effect; this package never does that.
+//
+// Two stores implement Store with the same semantics, checked by one test
+// suite: Postgres (the real one) and Memory (for the embedded mode and tests).
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/eventpipe/eventpipe/app/failure"
+)
+
+// Store runs a message's effect at most once per (consumer, message id).
+type Store interface {
+	// Process runs effect unless (consumer, messageID) was already
+	// processed. The marker and the effect commit together: on the
+	// Postgres store, effect's ctx carries the transaction (dbtx.From) and
+	// the effect must write through it. An effect error rolls everything
+	// back, marker included, and is returned unchanged. A message already
+	// processed returns an error of class failure.Duplicate that wraps
+	// ErrProcessed; a concurrent Process of the same message waits for the
+	// first one to finish, then runs (if it failed) or reports the
+	// duplicate (if it committed). An empty consumer or message id is a
+	// failure.Permanent error: a missing id is never synthesised or passed.
+	Process(ctx context.Context, consumer, messageID string, effect func(ctx context.Context) error) error
+	// Unmark removes the marker so the message may be processed again:
+	// StackUp §6 — a message dead-lettered without an answer can be
+	// redriven and must then take effect. Unmarking an unknown message is
+	// not an error.
+	Unmark(ctx context.Context, consumer, messageID string) error
+	// Cleanup deletes markers older than ttl and returns how many. ttl must
+	// exceed the longest time a message can still be redelivered (retries,
+	// DLQ redrive), or a late redelivery takes effect twice.
+	Cleanup(ctx context.Context, ttl time.Duration) (int64, error)
+}
+
+// ErrProcessed is wrapped by the duplicate error Process returns for a
+// message whose effect already happened.
+var ErrProcessed = errors.New("message already processed")
+
+func duplicate(consumer, messageID string) error {
+	return failure.AsDuplicate(fmt.Errorf("inbox: consumer %q, message %q: %w", consumer, messageID, ErrProcessed))
+}
+
+// checkKey refuses an empty key: a message without an id cannot be
+// deduplicated, and passing it silently would allow a double effect.
+func checkKey(consumer, messageID string) error {
+	if consumer == "" {
+		return failure.Permanentf("inbox: empty consumer name (message %q)", messageID)
+	}
+	if messageID == "" {
+		return failure.Permanentf("inbox: consumer %q: message has no id, cannot deduplicate", consumer)
+	}
+	return nil
+}

@@ -1,0 +1,134 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/eventpipe/eventpipe/app/dbtx"
+	"github.com/eventpipe/eventpipe/migrations"
+)
+
+// Postgres is the Store on the processed_messages table (migrations
+// 00001_processed_messages.sql).
+type Postgres struct {
+	pool  *pgxpool.Pool
+	table string // quoted schema.processed_messages
+}
+
+var _ Store = (*Postgres)(nil)
+
+// NewPostgres returns the store on the processed_messages table of schema
+// (migrations.DefaultSchema when empty), which must be migrated.
+func NewPostgres(pool *pgxpool.Pool, schema string) (*Postgres, error) {
+	schema = migrations.SchemaOrDefault(schema)
+	if err := migrations.ValidateSchema(schema); err != nil {
+		return nil, fmt.Errorf("inbox: %w", err)
+	}
+	return &Postgres{pool: pool, table: pgx.Identifier{schema, "processed_messages"}.Sanitize()}, nil
+}
+
+// Process implements Store. It begins a transaction — or, when ctx already
+// carries one (dbtx.WithTx), a savepoint inside it, so the caller's commit
+// decides — inserts the marker and runs effect with ctx carrying that
+// transaction. A concurrent Process of the same message blocks on the primary
+// key until the first transaction ends.
+func (p *Postgres) Process(ctx context.Context, consumer, messageID string, effect func(ctx context.Context) error) (err error) {
+	if err := checkKey(consumer, messageID); err != nil {
+		return err
+	}
+	var tx pgx.Tx
+	if outer, ok := dbtx.From(ctx); ok {
+		tx, err = outer.Begin(ctx)
+	} else {
+		tx, err = p.pool.Begin(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("inbox: consumer %q, message %q: begin: %w", consumer, messageID, err)
+	}
+	// Rollback after Commit is a no-op; on every other path (effect error,
+	// duplicate, panic) it undoes the marker with the effect.
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+
+	fresh, err := p.mark(ctx, tx, consumer, messageID)
+	if err != nil {
+		return err
+	}
+	if !fresh {
+		return duplicate(consumer, messageID)
+	}
+	if err := effect(dbtx.WithTx(ctx, tx)); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("inbox: consumer %q, message %q: commit: %w", consumer, messageID, err)
+	}
+	return nil
+}
+
+// MarkTx inserts the marker of (consumer, messageID) in tx, for handlers that
+// own their transaction: fresh is false when the message was already
+// processed (and committed), in which case the handler must skip its effect.
+// The marker commits or rolls back with tx.
+func (p *Postgres) MarkTx(ctx context.Context, tx pgx.Tx, consumer, messageID string) (fresh bool, err error) {
+	if err := checkKey(consumer, messageID); err != nil {
+		return false, err
+	}
+	return p.mark(ctx, tx, consumer, messageID)
+}
+
+func (p *Postgres) mark(ctx context.Context, tx pgx.Tx, consumer, messageID string) (bool, error) {
+	tag, err := tx.Exec(ctx, `INSERT INTO `+p.table+` (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`, consumer, messageID)
+	if err != nil {
+		return false, fmt.Errorf("inbox: consumer %q, message %q: mark: %w", consumer, messageID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Unmark implements Store, in ctx's transaction if it carries one.
+func (p *Postgres) Unmark(ctx context.Context, consumer, messageID string) error {
+	if err := checkKey(consumer, messageID); err != nil {
+		return err
+	}
+	q := `DELETE FROM ` + p.table + ` WHERE consumer = $1 AND message_id = $2`
+	var err error
+	if tx, ok := dbtx.From(ctx); ok {
+		_, err = tx.Exec(ctx, q, consumer, messageID)
+	} else {
+		_, err = p.pool.Exec(ctx, q, consumer, messageID)
+	}
+	if err != nil {
+		return fmt.Errorf("inbox: consumer %q, message %q: unmark: %w", consumer, messageID, err)
+	}
+	return nil
+}
+
+// cleanupBatch bounds one DELETE so that a large backlog of old markers is
+// removed in short transactions instead of one long one.
+const cleanupBatch = 10_000
+
+// Cleanup implements Store. The age is measured on the database's clock, the
+// one that wrote processed_at.
+func (p *Postgres) Cleanup(ctx context.Context, ttl time.Duration) (int64, error) {
+	if ttl < 0 {
+		return 0, errors.New("inbox: cleanup: negative ttl")
+	}
+	q := `DELETE FROM ` + p.table + ` WHERE (consumer, message_id) IN (
+		SELECT consumer, message_id FROM ` + p.table + `
+		WHERE processed_at < now() - $1 * interval '1 microsecond' LIMIT $2)`
+	var total int64
+	for {
+		tag, err := p.pool.Exec(ctx, q, ttl.Microseconds(), cleanupBatch)
+		if err != nil {
+			return total, fmt.Errorf("inbox: cleanup: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < cleanupBatch {
+			return total, nil
+		}
+	}
+}

@@ -1,0 +1,138 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventpipe/eventpipe/app/dbtx"
+	"github.com/eventpipe/eventpipe/app/dbtx/dbtest"
+	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/inbox"
+)
+
+func TestPostgres(t *testing.T) {
+	t.Parallel()
+	runSuite(t, func(t *testing.T) inbox.Store {
+		pool, schema := dbtest.Schema(t)
+		s, err := inbox.NewPostgres(pool, schema)
+		require.NoError(t, err)
+		return s
+	})
+}
+
+// effectsTable is a business table for the tests: the effect writes a row.
+type effectsTable struct {
+	pool *pgxpool.Pool
+	name string
+}
+
+func newEffects(t *testing.T) (*inbox.Postgres, effectsTable) {
+	t.Helper()
+	pool, schema := dbtest.Schema(t)
+	s, err := inbox.NewPostgres(pool, schema)
+	require.NoError(t, err)
+	e := effectsTable{pool: pool, name: pgx.Identifier{schema, "effects"}.Sanitize()}
+	_, err = pool.Exec(context.Background(), `CREATE TABLE `+e.name+` (id text)`)
+	require.NoError(t, err)
+	return s, e
+}
+
+// insert is an effect that writes a row through ctx's transaction, then
+// fails if asked to.
+func (e effectsTable) insert(fail error) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		tx, ok := dbtx.From(ctx)
+		if !ok {
+			return errors.New("no transaction in ctx")
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO `+e.name+` (id) VALUES ('e')`); err != nil {
+			return err
+		}
+		return fail
+	}
+}
+
+func (e effectsTable) count(t *testing.T) int {
+	t.Helper()
+	var n int
+	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT count(*) FROM `+e.name).Scan(&n))
+	return n
+}
+
+// The effect writes through the transaction Process hands it: effect and
+// marker commit together or neither does.
+func TestPostgresEffectSharesTheTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, effects := newEffects(t)
+
+	boom := errors.New("boom")
+	require.ErrorIs(t, s.Process(ctx, "c", "m1", effects.insert(boom)), boom)
+	assert.Equal(t, 0, effects.count(t), "a failed effect's write is rolled back")
+
+	require.NoError(t, s.Process(ctx, "c", "m1", effects.insert(nil)))
+	assert.Equal(t, 1, effects.count(t))
+	err := s.Process(ctx, "c", "m1", effects.insert(nil))
+	assert.Equal(t, failure.Duplicate, failure.Of(err))
+	assert.Equal(t, 1, effects.count(t), "a duplicate has no effect")
+}
+
+// Inside a caller's transaction, Process uses a savepoint: the caller's
+// rollback undoes marker and effect.
+func TestPostgresJoinsTheCallersTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, effects := newEffects(t)
+
+	tx, err := effects.pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, s.Process(dbtx.WithTx(ctx, tx), "c", "m1", effects.insert(nil)))
+	require.NoError(t, tx.Rollback(ctx))
+	assert.Equal(t, 0, effects.count(t))
+
+	tx, err = effects.pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, s.Process(dbtx.WithTx(ctx, tx), "c", "m1", effects.insert(nil)))
+	require.NoError(t, tx.Commit(ctx))
+	assert.Equal(t, 1, effects.count(t))
+	assert.Equal(t, failure.Duplicate, failure.Of(s.Process(ctx, "c", "m1", effects.insert(nil))))
+}
+
+func TestPostgresMarkTx(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, effects := newEffects(t)
+
+	mark := func(commit bool) bool {
+		tx, err := effects.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		fresh, err := s.MarkTx(ctx, tx, "c", "m1")
+		require.NoError(t, err)
+		if commit {
+			require.NoError(t, tx.Commit(ctx))
+		}
+		return fresh
+	}
+	assert.True(t, mark(false), "first mark")
+	assert.True(t, mark(true), "a rolled-back mark does not count")
+	assert.False(t, mark(false), "committed mark")
+
+	tx, err := effects.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = s.MarkTx(ctx, tx, "c", "")
+	assert.Equal(t, failure.Permanent, failure.Of(err))
+}
+
+func TestNewPostgresRejectsABadSchema(t *testing.T) {
+	t.Parallel()
+	_, err := inbox.NewPostgres(nil, `x"; drop table y; --`)
+	require.Error(t, err)
+}

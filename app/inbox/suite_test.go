@@ -1,0 +1,194 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/inbox"
+)
+
+// runSuite is the one behaviour every Store shares; each store's test calls
+// it with a constructor that returns a fresh, empty store.
+func runSuite(t *testing.T, newStore func(t *testing.T) inbox.Store) {
+	t.Helper()
+	ctx := context.Background()
+	count := func(n *atomic.Int32) func(context.Context) error {
+		return func(context.Context) error { n.Add(1); return nil }
+	}
+
+	t.Run("runs once then reports a duplicate", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		var n atomic.Int32
+		require.NoError(t, s.Process(ctx, "c", "m1", count(&n)))
+		err := s.Process(ctx, "c", "m1", count(&n))
+		require.Error(t, err)
+		assert.Equal(t, failure.Duplicate, failure.Of(err))
+		assert.ErrorIs(t, err, inbox.ErrProcessed)
+		assert.Equal(t, int32(1), n.Load())
+	})
+
+	t.Run("consumers are independent", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		var n atomic.Int32
+		require.NoError(t, s.Process(ctx, "a", "m1", count(&n)))
+		require.NoError(t, s.Process(ctx, "b", "m1", count(&n)))
+		require.NoError(t, s.Process(ctx, "a", "m2", count(&n)))
+		assert.Equal(t, int32(3), n.Load())
+	})
+
+	t.Run("effect error is returned unchanged and leaves no mark", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		boom := errors.New("boom")
+		err := s.Process(ctx, "c", "m1", func(context.Context) error { return boom })
+		assert.Same(t, boom, err) //nolint:testifylint // the very error, not a wrap
+		var n atomic.Int32
+		require.NoError(t, s.Process(ctx, "c", "m1", count(&n)))
+		assert.Equal(t, int32(1), n.Load())
+	})
+
+	t.Run("panicking effect leaves no mark", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		func() {
+			defer func() { assert.NotNil(t, recover()) }()
+			_ = s.Process(ctx, "c", "m1", func(context.Context) error { panic("boom") })
+		}()
+		var n atomic.Int32
+		require.NoError(t, s.Process(ctx, "c", "m1", count(&n)))
+		assert.Equal(t, int32(1), n.Load())
+	})
+
+	t.Run("empty id or consumer is permanent and runs nothing", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		var n atomic.Int32
+		for _, k := range [][2]string{{"c", ""}, {"", "m1"}} {
+			err := s.Process(ctx, k[0], k[1], count(&n))
+			require.Error(t, err)
+			assert.Equal(t, failure.Permanent, failure.Of(err), "%q", k)
+			assert.Equal(t, failure.Permanent, failure.Of(s.Unmark(ctx, k[0], k[1])), "%q", k)
+		}
+		assert.Equal(t, int32(0), n.Load())
+	})
+
+	t.Run("concurrent deliveries run the effect exactly once", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		var n, dups atomic.Int32
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				err := s.Process(ctx, "c", "m1", func(context.Context) error {
+					n.Add(1)
+					time.Sleep(30 * time.Millisecond)
+					return nil
+				})
+				if failure.Of(err) == failure.Duplicate {
+					dups.Add(1)
+				} else {
+					assert.NoError(t, err)
+				}
+			})
+		}
+		wg.Wait()
+		assert.Equal(t, int32(1), n.Load())
+		assert.Equal(t, int32(7), dups.Load())
+	})
+
+	t.Run("a waiting delivery runs when the first one fails", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		entered, release := make(chan struct{}), make(chan struct{})
+		first := make(chan error, 1)
+		go func() {
+			first <- s.Process(ctx, "c", "m1", func(context.Context) error {
+				close(entered)
+				<-release
+				return errors.New("first attempt failed")
+			})
+		}()
+		<-entered
+		second := make(chan error, 1)
+		var ran atomic.Bool
+		go func() {
+			second <- s.Process(ctx, "c", "m1", func(context.Context) error { ran.Store(true); return nil })
+		}()
+		select {
+		case err := <-second:
+			t.Fatalf("second delivery did not wait for the first: %v", err)
+		case <-time.After(150 * time.Millisecond):
+		}
+		close(release)
+		require.Error(t, <-first)
+		require.NoError(t, <-second)
+		assert.True(t, ran.Load())
+	})
+
+	t.Run("unmark allows processing again", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		var n atomic.Int32
+		require.NoError(t, s.Process(ctx, "c", "m1", count(&n)))
+		require.NoError(t, s.Unmark(ctx, "c", "m1"))
+		require.NoError(t, s.Unmark(ctx, "c", "never-seen"))
+		require.NoError(t, s.Process(ctx, "c", "m1", count(&n)))
+		assert.Equal(t, int32(2), n.Load())
+	})
+
+	t.Run("cleanup deletes only markers older than the ttl", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		var n atomic.Int32
+		require.NoError(t, s.Process(ctx, "c", "m1", count(&n)))
+		require.NoError(t, s.Process(ctx, "c", "m2", count(&n)))
+		time.Sleep(60 * time.Millisecond)
+		require.NoError(t, s.Process(ctx, "c", "m3", count(&n)))
+		deleted, err := s.Cleanup(ctx, time.Hour)
+		require.NoError(t, err)
+		assert.Equal(t, int64(0), deleted)
+		deleted, err = s.Cleanup(ctx, 40*time.Millisecond)
+		require.NoError(t, err)
+		assert.Equal(t, int64(2), deleted)
+		require.NoError(t, s.Process(ctx, "c", "m1", count(&n)), "cleaned marker")
+		assert.Equal(t, failure.Duplicate, failure.Of(s.Process(ctx, "c", "m3", count(&n))), "young marker kept")
+	})
+
+	t.Run("janitor cleans periodically until stopped", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		var n atomic.Int32
+		require.NoError(t, s.Process(ctx, "c", "m1", count(&n)))
+		jctx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			done <- inbox.Janitor{Store: s, TTL: time.Millisecond, Interval: 10 * time.Millisecond}.Run(jctx)
+		}()
+		assert.Eventually(t, func() bool {
+			err := s.Process(ctx, "c", "m1", func(context.Context) error { return nil })
+			return err == nil
+		}, 5*time.Second, 20*time.Millisecond)
+		stop()
+		select {
+		case err := <-done:
+			assert.NoError(t, err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("janitor did not stop")
+		}
+	})
+}
+
+func TestMemory(t *testing.T) {
+	t.Parallel()
+	runSuite(t, func(*testing.T) inbox.Store { return inbox.NewMemory() })
+}

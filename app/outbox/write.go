@@ -1,0 +1,126 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/migrations"
+)
+
+// OrderingKeyMetadata is the metadata key whose value, when set on a message
+// given to Write, becomes the row's ordering key (see the package doc, Order).
+// The key stays in the message's metadata, so it is published too.
+const OrderingKeyMetadata = "x-ordering-key"
+
+// Table is the outbox table of one schema. The zero value is the default
+// schema's.
+type Table struct {
+	// Schema holding the outbox table; migrations.DefaultSchema when empty.
+	Schema string
+}
+
+// Write adds msgs for topic to the default schema's outbox inside tx; see
+// Table.Write.
+func Write(ctx context.Context, tx pgx.Tx, topic string, msgs ...*message.Message) error {
+	return Table{}.Write(ctx, tx, topic, msgs...)
+}
+
+// Write adds msgs for topic to the outbox inside tx: they are published after
+// tx commits and never if it rolls back. Each message must already be encoded
+// by its route's codec; its UUID is the event id (unique: writing an id twice
+// fails) and its metadata is stored as JSON. A payload over
+// broker.MaxPayloadBytes is refused here rather than failing at every relay
+// attempt.
+func (t Table) Write(ctx context.Context, tx pgx.Tx, topic string, msgs ...*message.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	if topic == "" {
+		return errors.New("outbox write: empty topic")
+	}
+	table, err := t.name()
+	if err != nil {
+		return err
+	}
+	if err := broker.CheckPayloads(msgs); err != nil {
+		return fmt.Errorf("outbox write %s: %w", topic, err)
+	}
+	ids := make([]string, len(msgs))
+	payloads := make([][]byte, len(msgs))
+	metas := make([]string, len(msgs))
+	keys := make([]string, len(msgs))
+	for i, m := range msgs {
+		if m.UUID == "" {
+			return fmt.Errorf("outbox write %s: message %d has no UUID (the event id)", topic, i)
+		}
+		md := m.Metadata
+		if md == nil {
+			md = message.Metadata{}
+		}
+		b, err := json.Marshal(md)
+		if err != nil {
+			return fmt.Errorf("outbox write %s: message %s: metadata: %w", topic, m.UUID, err)
+		}
+		ids[i], payloads[i], metas[i], keys[i] = m.UUID, m.Payload, string(b), md.Get(OrderingKeyMetadata)
+		if payloads[i] == nil {
+			payloads[i] = []byte{}
+		}
+	}
+	if err := lockKeys(ctx, tx, table, topic, keys); err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO `+table+` (event_id, topic, payload, metadata, ordering_key)
+		SELECT id, $1, payload, meta::jsonb, NULLIF(key, '')
+		FROM unnest($2::text[], $3::bytea[], $4::text[], $5::text[]) AS m(id, payload, meta, key)`,
+		topic, ids, payloads, metas, keys)
+	if err != nil {
+		return fmt.Errorf("outbox write %s: %w", topic, err)
+	}
+	return nil
+}
+
+// lockKeys takes a transaction-scoped advisory lock per distinct (topic,
+// ordering key), in sorted order so that two writers cannot deadlock. It makes
+// a key's ids follow its commit order, which strict ordering relies on: a
+// later writer gets its id only after the earlier one committed. The lock id
+// is a 64-bit hash; a collision only makes two unrelated keys' writers wait
+// for each other.
+func lockKeys(ctx context.Context, tx pgx.Tx, table, topic string, keys []string) error {
+	var distinct []string
+	for _, k := range keys {
+		if k != "" {
+			distinct = append(distinct, k)
+		}
+	}
+	if len(distinct) == 0 {
+		return nil
+	}
+	slices.Sort(distinct)
+	distinct = slices.Compact(distinct)
+	for _, k := range distinct {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, table+"\x1f"+topic+"\x1f"+k); err != nil {
+			return fmt.Errorf("outbox write %s: lock ordering key %q: %w", topic, k, err)
+		}
+	}
+	return nil
+}
+
+func (t Table) name() (string, error) {
+	s := migrations.SchemaOrDefault(t.Schema)
+	if err := migrations.ValidateSchema(s); err != nil {
+		return "", fmt.Errorf("outbox: %w", err)
+	}
+	return pgx.Identifier{s, "outbox"}.Sanitize(), nil
+}
+
+// channel is the NOTIFY channel of schema's outbox trigger.
+func channel(schema string) string {
+	return migrations.SchemaOrDefault(schema) + "_outbox"
+}
