@@ -14,12 +14,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
@@ -28,34 +28,14 @@ import (
 	"github.com/eventpipe/eventpipe/app"
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/broker/brokertest"
-	"github.com/eventpipe/eventpipe/app/broker/memory"
-	"github.com/eventpipe/eventpipe/app/broker/postgres"
-	"github.com/eventpipe/eventpipe/app/broker/rabbitmq"
-	"github.com/eventpipe/eventpipe/app/broker/sqs"
+	"github.com/eventpipe/eventpipe/app/dbtx"
+	"github.com/eventpipe/eventpipe/app/dbtx/dbtest"
 	"github.com/eventpipe/eventpipe/app/failure"
-	"github.com/eventpipe/eventpipe/app/internal/testenv"
+	"github.com/eventpipe/eventpipe/app/inbox"
+	"github.com/eventpipe/eventpipe/app/internal/testbrokers"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/middleware"
 )
-
-// behaviourBroker is one broker of the matrix.
-type behaviourBroker struct {
-	kind string
-	// durable: messages outlive the consumer's process. The embedded broker
-	// lives in the process, so a crash or a restart loses its messages by
-	// design (decision 0002); those cases do not apply to it.
-	durable bool
-	// redelivery bounds how long a message given back (nack, crash) takes to
-	// come again.
-	redelivery time.Duration
-}
-
-var behaviourBrokers = []behaviourBroker{
-	{kind: "memory", durable: false, redelivery: 5 * time.Second},
-	{kind: "rabbitmq", durable: true, redelivery: 15 * time.Second},
-	{kind: "sqs", durable: true, redelivery: 20 * time.Second},
-	{kind: "postgres", durable: true, redelivery: 20 * time.Second},
-}
 
 // Environment variables of the crash child process.
 const (
@@ -63,72 +43,6 @@ const (
 	childScopeEnv = "EVENTPIPE_TEST_CHILD_SCOPE"
 	childQueueEnv = "EVENTPIPE_TEST_CHILD_QUEUE"
 )
-
-// newBehaviourBroker connects to the broker of kind. scope names the state a
-// test shares with its child process (the Postgres schema). Timeouts are
-// short so that a crashed consumer's message comes back within seconds.
-func newBehaviourBroker(t testing.TB, kind, scope string) broker.PubSub {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	logger := watermill.NopLogger{}
-	var (
-		ps  broker.PubSub
-		err error
-	)
-	switch kind {
-	case "memory":
-		ps, err = memory.New(memory.Config{}, logger)
-	case "rabbitmq":
-		ps, err = rabbitmq.New(ctx, rabbitmq.Config{URL: testenv.RabbitMQURL(t)}, logger)
-	case "sqs":
-		ps, err = sqs.New(ctx, sqs.Config{
-			Region:            testenv.SQSRegion,
-			Endpoint:          testenv.SQSEndpoint(t),
-			Credentials:       credentials.NewStaticCredentialsProvider("test", "test", ""),
-			CreateQueues:      true,
-			WaitTime:          time.Second,
-			VisibilityTimeout: 3 * time.Second,
-		}, logger)
-	case "postgres":
-		ps, err = postgres.New(ctx, postgres.Config{
-			DSN:                  testenv.PostgresDSN(t),
-			Schema:               scope,
-			AutoInitializeSchema: true,
-			MaxConns:             4,
-			AckDeadline:          3 * time.Second,
-			PollInterval:         100 * time.Millisecond,
-		}, logger)
-	default:
-		t.Fatalf("unknown broker kind %q", kind)
-	}
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = ps.Close() })
-	return ps
-}
-
-// behaviourScope returns a Postgres schema for the test, dropped at its end.
-func behaviourScope(t *testing.T, kind string) string {
-	t.Helper()
-	scope := "ep_behaviour_" + strings.ToLower(strings.ReplaceAll(watermill.NewShortUUID(), "-", ""))
-	if kind == "postgres" {
-		dsn := testenv.PostgresDSN(t)
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			conn, err := pgx.Connect(ctx, dsn)
-			if err != nil {
-				t.Logf("drop schema %s: %v", scope, err)
-				return
-			}
-			defer conn.Close(ctx)
-			if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{scope}.Sanitize()+` CASCADE`); err != nil {
-				t.Logf("drop schema %s: %v", scope, err)
-			}
-		})
-	}
-	return scope
-}
 
 // effects records what a handler did, per message id.
 type effects struct {
@@ -268,17 +182,17 @@ var errDatabaseRestarting = errors.New("database is restarting")
 
 func TestBehaviourMatrix(t *testing.T) {
 	t.Parallel()
-	for _, b := range behaviourBrokers {
-		t.Run(b.kind, func(t *testing.T) {
+	for _, b := range testbrokers.Kinds {
+		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			cases := []struct {
 				name string
-				run  func(t *testing.T, b behaviourBroker)
+				run  func(t *testing.T, b testbrokers.Kind)
 			}{
-				{"transient twice then success, in process", func(t *testing.T, b behaviourBroker) {
+				{"transient twice then success, in process", func(t *testing.T, b testbrokers.Kind) {
 					testTransientThenSuccess(t, b, route.InProcess)
 				}},
-				{"transient twice then success, broker redelivery", func(t *testing.T, b behaviourBroker) {
+				{"transient twice then success, broker redelivery", func(t *testing.T, b testbrokers.Kind) {
 					testTransientThenSuccess(t, b, route.Broker)
 				}},
 				{"permanent, drop", testPermanentDrop},
@@ -308,10 +222,10 @@ type fixture struct {
 	scope   string
 }
 
-func newFixture(t *testing.T, b behaviourBroker) *fixture {
+func newFixture(t *testing.T, b testbrokers.Kind) *fixture {
 	t.Helper()
-	scope := behaviourScope(t, b.kind)
-	ps := newBehaviourBroker(t, b.kind, scope)
+	scope := testbrokers.Scope(t, b.Name)
+	ps := testbrokers.New(t, b.Name, scope)
 	queue := brokertest.Topic(t)
 	dlq := queue + "-dlq"
 	return &fixture{ps: ps, queue: queue, dlq: dlq, dead: subscribeDLQ(t, ps, dlq), effects: newEffects(), scope: scope}
@@ -336,9 +250,9 @@ func newTracedMessage(payload string) *message.Message {
 }
 
 // expectDeadLetter waits for msg's dead letter and checks its history.
-func (f *fixture) expectDeadLetter(t *testing.T, b behaviourBroker, msg *message.Message, class string, attempts int, reason string) {
+func (f *fixture) expectDeadLetter(t *testing.T, b testbrokers.Kind, msg *message.Message, class string, attempts int, reason string) {
 	t.Helper()
-	dl := brokertest.Next(t, f.dead, 3*b.redelivery)
+	dl := brokertest.Next(t, f.dead, 3*b.Redelivery)
 	dl.Ack()
 	assert.Equal(t, msg.UUID, dl.UUID, "the dead letter keeps the message id")
 	assert.Equal(t, string(msg.Payload), string(dl.Payload))
@@ -355,7 +269,7 @@ func (f *fixture) expectDeadLetter(t *testing.T, b behaviourBroker, msg *message
 	assert.WithinDuration(t, time.Now(), info.DeadLetteredAt, time.Minute)
 }
 
-func testTransientThenSuccess(t *testing.T, b behaviourBroker, redelivery route.Redelivery) {
+func testTransientThenSuccess(t *testing.T, b testbrokers.Kind, redelivery route.Redelivery) {
 	f := newFixture(t, b)
 	msg := newTracedMessage(`{"n":1}`)
 	startRoute(t, f.ps, f.route(testPolicy(redelivery, route.DeadLetter, f.dlq), func(m *message.Message) error {
@@ -367,14 +281,14 @@ func testTransientThenSuccess(t *testing.T, b behaviourBroker, redelivery route.
 	}))
 	publish(t, f.ps, f.queue, msg)
 
-	f.effects.waitFor(t, msg.UUID, 3*b.redelivery, "one effect", func(_ []int, done int) bool { return done == 1 })
+	f.effects.waitFor(t, msg.UUID, 3*b.Redelivery, "one effect", func(_ []int, done int) bool { return done == 1 })
 	noMessage(t, f.dead, time.Second, "nothing dead-lettered")
 	attempts, done := f.effects.snapshot(msg.UUID)
 	assert.Equal(t, []int{1, 2, 3}, attempts, "the handler saw attempts 1, 2 and 3")
 	assert.Equal(t, 1, done)
 }
 
-func testPermanentDrop(t *testing.T, b behaviourBroker) {
+func testPermanentDrop(t *testing.T, b testbrokers.Kind) {
 	f := newFixture(t, b)
 	msg := newTracedMessage(`not json`)
 	startRoute(t, f.ps, f.route(testPolicy(route.Broker, route.Drop, f.dlq), func(*message.Message) error {
@@ -382,13 +296,13 @@ func testPermanentDrop(t *testing.T, b behaviourBroker) {
 	}))
 	publish(t, f.ps, f.queue, msg)
 
-	f.effects.waitFor(t, msg.UUID, b.redelivery, "first attempt", func(a []int, _ int) bool { return len(a) == 1 })
+	f.effects.waitFor(t, msg.UUID, b.Redelivery, "first attempt", func(a []int, _ int) bool { return len(a) == 1 })
 	noMessage(t, f.dead, 2*time.Second, "a dropped message is not dead-lettered")
 	attempts, _ := f.effects.snapshot(msg.UUID)
 	assert.Equal(t, []int{1}, attempts, "a dropped message is acked, never redelivered")
 }
 
-func testPermanentDeadLetter(t *testing.T, b behaviourBroker) {
+func testPermanentDeadLetter(t *testing.T, b testbrokers.Kind) {
 	f := newFixture(t, b)
 	msg := newTracedMessage(`{"messageType":`)
 	startRoute(t, f.ps, f.route(testPolicy(route.InProcess, route.DeadLetter, f.dlq), func(*message.Message) error {
@@ -401,7 +315,7 @@ func testPermanentDeadLetter(t *testing.T, b behaviourBroker) {
 	assert.Equal(t, []int{1}, attempts, "dead-lettered at once, not retried")
 }
 
-func testPermanentFailUntilMax(t *testing.T, b behaviourBroker) {
+func testPermanentFailUntilMax(t *testing.T, b testbrokers.Kind) {
 	f := newFixture(t, b)
 	msg := newTracedMessage(`{"event_type":"unknown"}`)
 	startRoute(t, f.ps, f.route(testPolicy(route.Broker, route.FailUntilMax, f.dlq), func(*message.Message) error {
@@ -414,7 +328,7 @@ func testPermanentFailUntilMax(t *testing.T, b behaviourBroker) {
 	assert.Equal(t, []int{1, 2, 3}, attempts, "one attempt per delivery until the maximum")
 }
 
-func testTransientForever(t *testing.T, b behaviourBroker) {
+func testTransientForever(t *testing.T, b testbrokers.Kind) {
 	f := newFixture(t, b)
 	msg := newTracedMessage(`{"n":2}`)
 	startRoute(t, f.ps, f.route(testPolicy(route.Broker, route.DeadLetter, f.dlq), func(*message.Message) error {
@@ -429,41 +343,62 @@ func testTransientForever(t *testing.T, b behaviourBroker) {
 }
 
 // testDuplicateDelivery publishes one message twice (the same id, as a
-// producer's retry or an outbox relay crash does). The handler's effect is
-// guarded by its idempotency key, so it happens once and the second delivery
-// is acked as a duplicate.
-func testDuplicateDelivery(t *testing.T, b behaviourBroker) {
+// producer's retry or an outbox relay's crash does). The effect runs through
+// the inbox — on Postgres in the effect's own transaction — so it happens once
+// and the second delivery is acked as a duplicate.
+func testDuplicateDelivery(t *testing.T, b testbrokers.Kind) {
 	f := newFixture(t, b)
 	var (
-		mu   sync.Mutex
-		seen = map[string]bool{}
+		store       inbox.Store
+		countEffect func() int
+		effect      func(ctx context.Context, id string) error
 	)
-	startRoute(t, f.ps, f.route(testPolicy(route.InProcess, route.DeadLetter, f.dlq), func(m *message.Message) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if seen[m.UUID] {
-			return failure.AsDuplicate(fmt.Errorf("message %s already processed", m.UUID))
+	if b.Durable {
+		pool, schema := dbtest.Schema(t)
+		table := pgx.Identifier{schema, "behaviour_effects"}.Sanitize()
+		_, err := pool.Exec(context.Background(), `CREATE TABLE `+table+` (message_id text NOT NULL)`)
+		require.NoError(t, err)
+		pg, err := inbox.NewPostgres(pool, schema)
+		require.NoError(t, err)
+		store = pg
+		effect = func(ctx context.Context, id string) error {
+			tx, ok := dbtx.From(ctx)
+			require.True(t, ok, "the effect runs in the inbox's transaction")
+			_, err := tx.Exec(ctx, `INSERT INTO `+table+` VALUES ($1)`, id)
+			return err
 		}
-		seen[m.UUID] = true
-		f.effects.effect(m.UUID)
-		return nil
+		countEffect = func() int {
+			var n int
+			require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM `+table).Scan(&n))
+			return n
+		}
+	} else {
+		store = inbox.NewMemory()
+		var n atomic.Int64
+		effect = func(context.Context, string) error { n.Add(1); return nil }
+		countEffect = func() int { return int(n.Load()) }
+	}
+	startRoute(t, f.ps, f.route(testPolicy(route.InProcess, route.DeadLetter, f.dlq), func(m *message.Message) error {
+		return store.Process(m.Context(), "behaviour", m.UUID, func(ctx context.Context) error {
+			return effect(ctx, m.UUID)
+		})
 	}))
 	msg := newTracedMessage(`{"n":3}`)
 	publish(t, f.ps, f.queue, msg)
 	publish(t, f.ps, f.queue, msg.Copy())
 
-	f.effects.waitFor(t, msg.UUID, b.redelivery, "both deliveries", func(a []int, _ int) bool { return len(a) == 2 })
+	f.effects.waitFor(t, msg.UUID, b.Redelivery, "both deliveries", func(a []int, _ int) bool { return len(a) == 2 })
 	noMessage(t, f.dead, time.Second, "a duplicate is not dead-lettered")
-	attempts, done := f.effects.snapshot(msg.UUID)
-	assert.Equal(t, 1, done, "one effect")
-	assert.Len(t, attempts, 2, "the duplicate is acked, not redelivered")
+	attempts, _ := f.effects.snapshot(msg.UUID)
+	assert.Equal(t, 1, countEffect(), "one effect")
+	assert.Equal(t, []int{1, 1}, attempts, "the duplicate is acked, not retried")
 }
 
 // testShutdownDuringProcessing stops the consumer while its handler runs: the
 // handler's context ends, the message goes back to the broker (never to the
 // DLQ), and the next consumer handles it.
-func testShutdownDuringProcessing(t *testing.T, b behaviourBroker) {
-	if !b.durable {
+func testShutdownDuringProcessing(t *testing.T, b testbrokers.Kind) {
+	if !b.Durable {
 		t.Log("the embedded broker's messages live in the consumer's process; a stopped consumer takes them along by design")
 		return
 	}
@@ -482,26 +417,26 @@ func testShutdownDuringProcessing(t *testing.T, b behaviourBroker) {
 	publish(t, f.ps, f.queue, msg)
 	select {
 	case <-started:
-	case <-time.After(b.redelivery):
+	case <-time.After(b.Redelivery):
 		t.Fatal("the handler never started")
 	}
 	stop() // the router closes its subscriber, as serve does at exit
 
-	restarted := newBehaviourBroker(t, b.kind, f.scope)
+	restarted := testbrokers.New(t, b.Name, f.scope)
 	f.dead = subscribeDLQ(t, restarted, f.dlq)
 	startRoute(t, restarted, f.route(testPolicy(route.InProcess, route.DeadLetter, f.dlq), func(m *message.Message) error {
 		f.effects.effect(m.UUID)
 		return nil
 	}))
-	f.effects.waitFor(t, msg.UUID, 3*b.redelivery, "handled after the restart", func(_ []int, done int) bool { return done == 1 })
+	f.effects.waitFor(t, msg.UUID, 3*b.Redelivery, "handled after the restart", func(_ []int, done int) bool { return done == 1 })
 	noMessage(t, f.dead, time.Second, "shutdown never dead-letters")
 }
 
 // testKilledMidHandler runs the consumer in a child process, kills it with
 // SIGKILL while the handler runs, and checks that the message comes back to
 // the next consumer and has its effect once.
-func testKilledMidHandler(t *testing.T, b behaviourBroker) {
-	if !b.durable {
+func testKilledMidHandler(t *testing.T, b testbrokers.Kind) {
+	if !b.Durable {
 		t.Log("the embedded broker dies with its process, messages included, by design")
 		return
 	}
@@ -510,7 +445,7 @@ func testKilledMidHandler(t *testing.T, b behaviourBroker) {
 	publish(t, f.ps, f.queue, msg)
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestBehaviourCrashChild$", "-test.v")
-	cmd.Env = append(os.Environ(), childKindEnv+"="+b.kind, childScopeEnv+"="+f.scope, childQueueEnv+"="+f.queue)
+	cmd.Env = append(os.Environ(), childKindEnv+"="+b.Name, childScopeEnv+"="+f.scope, childQueueEnv+"="+f.queue)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	cmd.Stderr = cmd.Stdout
@@ -539,7 +474,7 @@ func testKilledMidHandler(t *testing.T, b behaviourBroker) {
 		f.effects.effect(m.UUID)
 		return nil
 	}))
-	f.effects.waitFor(t, msg.UUID, 3*b.redelivery, "redelivered after the crash", func(_ []int, done int) bool { return done == 1 })
+	f.effects.waitFor(t, msg.UUID, 3*b.Redelivery, "redelivered after the crash", func(_ []int, done int) bool { return done == 1 })
 	noMessage(t, f.dead, time.Second, "nothing dead-lettered")
 	_, done := f.effects.snapshot(msg.UUID)
 	assert.Equal(t, 1, done)
@@ -552,7 +487,7 @@ func TestBehaviourCrashChild(t *testing.T) {
 	if kind == "" {
 		return
 	}
-	ps := newBehaviourBroker(t, kind, os.Getenv(childScopeEnv))
+	ps := testbrokers.New(t, kind, os.Getenv(childScopeEnv))
 	startRoute(t, ps, route.Route{
 		Name:  "doomed",
 		Queue: os.Getenv(childQueueEnv),

@@ -32,17 +32,17 @@ import (
 // Service is eventpipe assembled from configuration. Build it with New, run it
 // with Run; Run's return is the end of its life.
 type Service struct {
-	cfg      config.Config
-	logger   *slog.Logger
-	broker   broker.PubSub
+	cfg    config.Config
+	logger *slog.Logger
+	broker broker.PubSub
 	// publisher is broker with a producer span per message (telemetry).
 	publisher      message.Publisher
 	tracerShutdown func(context.Context) error
-	db       *pgxpool.Pool // nil unless postgres.dsn is set
-	router   *message.Router
-	routes   route.Set
-	registry *prometheus.Registry
-	admin    net.Listener // nil when admin.addr is ""
+	db             *pgxpool.Pool // nil unless postgres.dsn is set
+	router         *message.Router
+	routes         route.Set
+	registry       *prometheus.Registry
+	admin          net.Listener // nil when admin.addr is ""
 }
 
 // New connects to the broker (retrying while it is unreachable, until ctx

@@ -1,0 +1,111 @@
+// Package testbrokers builds any of eventpipe's four brokers for a test, with
+// timeouts short enough that a message given back (a nack, a crashed
+// consumer) comes again within seconds. Tests that must hold on every broker
+// loop over Kinds. A missing service fails the test (package testenv); it
+// never skips.
+package testbrokers
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/broker/memory"
+	"github.com/eventpipe/eventpipe/app/broker/postgres"
+	"github.com/eventpipe/eventpipe/app/broker/rabbitmq"
+	"github.com/eventpipe/eventpipe/app/broker/sqs"
+	"github.com/eventpipe/eventpipe/app/internal/testenv"
+)
+
+// Kind is one broker of the matrix.
+type Kind struct {
+	Name string
+	// Durable: messages outlive the consumer's process. The embedded broker
+	// lives in the process, so a crash or a restart loses its messages by
+	// design (decision 0002).
+	Durable bool
+	// Redelivery bounds how long a message given back takes to come again.
+	Redelivery time.Duration
+}
+
+// Kinds are the four brokers.
+var Kinds = []Kind{
+	{Name: "memory", Durable: false, Redelivery: 5 * time.Second},
+	{Name: "rabbitmq", Durable: true, Redelivery: 15 * time.Second},
+	{Name: "sqs", Durable: true, Redelivery: 20 * time.Second},
+	{Name: "postgres", Durable: true, Redelivery: 20 * time.Second},
+}
+
+// Scope returns a name for the state a test shares between its broker
+// instances (and child processes): the Postgres broker's schema, dropped when
+// the test ends.
+func Scope(t testing.TB, kind string) string {
+	t.Helper()
+	scope := "ep_t_" + strings.ToLower(watermill.NewShortUUID())
+	if kind == "postgres" {
+		dsn := testenv.PostgresDSN(t)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			conn, err := pgx.Connect(ctx, dsn)
+			if err != nil {
+				t.Logf("drop schema %s: %v", scope, err)
+				return
+			}
+			defer conn.Close(ctx)
+			if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{scope}.Sanitize()+` CASCADE`); err != nil {
+				t.Logf("drop schema %s: %v", scope, err)
+			}
+		})
+	}
+	return scope
+}
+
+// New connects to the broker named kind; scope comes from Scope. The broker is
+// closed when the test ends.
+func New(t testing.TB, kind, scope string) broker.PubSub {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	logger := watermill.NopLogger{}
+	var (
+		ps  broker.PubSub
+		err error
+	)
+	switch kind {
+	case "memory":
+		ps, err = memory.New(memory.Config{}, logger)
+	case "rabbitmq":
+		ps, err = rabbitmq.New(ctx, rabbitmq.Config{URL: testenv.RabbitMQURL(t)}, logger)
+	case "sqs":
+		ps, err = sqs.New(ctx, sqs.Config{
+			Region:            testenv.SQSRegion,
+			Endpoint:          testenv.SQSEndpoint(t),
+			Credentials:       credentials.NewStaticCredentialsProvider("test", "test", ""),
+			CreateQueues:      true,
+			WaitTime:          time.Second,
+			VisibilityTimeout: 3 * time.Second,
+		}, logger)
+	case "postgres":
+		ps, err = postgres.New(ctx, postgres.Config{
+			DSN:                  testenv.PostgresDSN(t),
+			Schema:               scope,
+			AutoInitializeSchema: true,
+			MaxConns:             4,
+			AckDeadline:          3 * time.Second,
+			PollInterval:         100 * time.Millisecond,
+		}, logger)
+	default:
+		t.Fatalf("unknown broker kind %q", kind)
+	}
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ps.Close() })
+	return ps
+}
