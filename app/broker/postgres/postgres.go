@@ -7,9 +7,12 @@
 // compete for its rows: each claims the oldest batch that nobody else holds
 // (SELECT … FOR UPDATE SKIP LOCKED) and keeps it locked in an open transaction
 // while the messages are handled one by one. An ack deletes the row when the
-// batch commits; a nack makes it available again after RedeliveryDelay, to any
-// subscriber; a crash, a lost connection or an expired AckDeadline rolls the
-// transaction back, so the row comes back at once. Delivery is at least once.
+// batch commits; a nack makes it available again, to any subscriber, after
+// the delay in the message's broker.NackDelayKey metadata when it has a valid
+// one (the retry middleware's back-off), else after RedeliveryDelay; a crash,
+// a lost connection, an expired AckDeadline or Close rolls the transaction
+// back, so the row comes back at once (its available_at was never moved: a
+// claim is only a row lock). Delivery is at least once.
 // Order is publish order for a single subscriber that never nacks; competing
 // subscribers interleave.
 //
@@ -17,7 +20,13 @@
 // earlier deliveries that ended in a nack, from the row's attempts column; a
 // publisher's value is dropped on publish and never delivered. A delivery
 // rolled back instead (crash, lost connection, ack deadline, Close) is not
-// counted, since the count is kept in the claim's transaction.
+// counted, since the count is kept in the claim's transaction. A message
+// that was nacked before also carries broker.FirstFailureKey, the time of its
+// first nack (the first_failed_at column, RFC 3339 with nanoseconds, UTC —
+// PostgreSQL keeps microseconds); it is absent until the first nack, and a
+// publisher's value is never delivered (nor a stored broker.NackDelayKey). A row's metadata that is not a JSON
+// object of strings (written by something else) is delivered as well as it
+// can be read and logged, never left to block the queue.
 //
 // watermill-sql's own adapters were measured and not used as they are.
 // BenchmarkConsume: 1,000 queued messages, subscribers in separate pools (as
@@ -152,8 +161,9 @@ type Config struct {
 	AckDeadline time.Duration
 
 	// RedeliveryDelay is how long a nacked message stays invisible before any
-	// subscriber may claim it again: a floor under retry storms, not a backoff
-	// policy (that is the retry middleware's). Default 1 s.
+	// subscriber may claim it again, unless the message asks for its own delay
+	// with broker.NackDelayKey (the retry middleware's back-off does; its
+	// delay then replaces this one, even when shorter). Default 1 s.
 	RedeliveryDelay time.Duration
 
 	// Schema is the PostgreSQL schema holding the queue tables. Default
@@ -270,8 +280,8 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// PubSub is the PostgreSQL broker. It implements broker.PubSub, broker.Pinger
-// and message.SubscribeInitializer.
+// PubSub is the PostgreSQL broker. It implements broker.PubSub, broker.Pinger,
+// broker.NackDelayer and message.SubscribeInitializer.
 type PubSub struct {
 	cfg    Config
 	logger watermill.LoggerAdapter
@@ -296,8 +306,14 @@ type PubSub struct {
 var (
 	_ broker.PubSub                = (*PubSub)(nil)
 	_ broker.Pinger                = (*PubSub)(nil)
+	_ broker.NackDelayer           = (*PubSub)(nil)
 	_ message.SubscribeInitializer = (*PubSub)(nil)
 )
+
+// NacksWithDelay reports that a nack honours broker.NackDelayKey: the row
+// becomes available again after the requested delay instead of
+// Config.RedeliveryDelay.
+func (p *PubSub) NacksWithDelay() bool { return true }
 
 // ErrClosed is returned by Publish and Subscribe after Close.
 var ErrClosed = errors.New("postgres: pubsub is closed")
@@ -350,7 +366,7 @@ func New(ctx context.Context, cfg Config, logger watermill.LoggerAdapter) (*PubS
 		return nil, err
 	}
 
-	schema := queueSchema{schema: cfg.Schema, prefix: cfg.TablePrefix, batchSize: cfg.BatchSize}
+	schema := queueSchema{schema: cfg.Schema, prefix: cfg.TablePrefix, batchSize: cfg.BatchSize, logger: logger}
 	publisher, err := wsql.NewPublisher(wsql.BeginnerFromPgx(publishPool), wsql.PublisherConfig{
 		SchemaAdapter: schema,
 		// Table creation is ours (ensureTable), so that a missing table gets a
@@ -540,7 +556,9 @@ func relay(upstream <-chan *message.Message, out chan<- *message.Message, nacked
 		case <-delivered.Acked():
 			m.Ack()
 		case <-delivered.Nacked():
-			nacked.add(m)
+			// The delay is read from the consumer's copy, where the retry
+			// middleware set it.
+			nacked.add(m, nackOf(delivered))
 			m.Ack()
 		case <-m.Context().Done():
 			// Ack deadline, Close or ctx: the row is released; a late

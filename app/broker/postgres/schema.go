@@ -1,15 +1,18 @@
 package postgres
 
 import (
+	"bytes"
 	stdsql "database/sql"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
@@ -35,6 +38,9 @@ type queueSchema struct {
 	schema    string
 	prefix    string
 	batchSize int
+	// logger reports rows whose metadata had to be repaired on delivery; nil
+	// logs nothing.
+	logger watermill.LoggerAdapter
 }
 
 var (
@@ -186,7 +192,7 @@ func (s queueSchema) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, err
 	}
 	// clock_timestamp, not now(): now() is the start of this transaction, which
 	// can precede the insert of a row that is already committed and visible.
-	return wsql.Query{Query: fmt.Sprintf(`SELECT "offset", uuid, payload, metadata, attempts
+	return wsql.Query{Query: fmt.Sprintf(`SELECT "offset", uuid, payload, metadata, attempts, first_failed_at
 		FROM %s
 		WHERE available_at <= clock_timestamp()
 		ORDER BY "offset"
@@ -199,29 +205,93 @@ func (s queueSchema) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, err
 // number of earlier deliveries that ended in a nack. A delivery that ended
 // without a settlement (a crash, a lost connection, an expired ack deadline,
 // Close) is not counted: its increment would roll back with the claim.
+// broker.FirstFailureKey is set from first_failed_at, the time of the row's
+// first nack, when there was one, and is otherwise absent: a publisher's value
+// is never delivered.
+//
+// It never fails on the metadata: an error here would make watermill-sql roll
+// back the claim and try the same oldest row again forever, blocking the
+// queue. Metadata that is not a JSON object of strings (written by something
+// other than this broker) is repaired as decodeMetadata says, and logged.
 func (s queueSchema) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsql.Row, error) {
 	var (
-		r        wsql.Row
-		uuid     string
-		attempts int64
+		r           wsql.Row
+		uuid        string
+		attempts    int64
+		firstFailed *time.Time
 	)
-	if err := params.Row.Scan(&r.Offset, &uuid, &r.Payload, &r.Metadata, &attempts); err != nil {
+	if err := params.Row.Scan(&r.Offset, &uuid, &r.Payload, &r.Metadata, &attempts, &firstFailed); err != nil {
 		return wsql.Row{}, fmt.Errorf("scan message row: %w", err)
 	}
 	r.UUID = []byte(uuid)
 	msg := message.NewMessage(uuid, r.Payload)
-	// Decoded into a fresh map: JSON null would otherwise leave Metadata nil
-	// and a later Set would panic.
-	md := message.Metadata{}
-	if err := json.Unmarshal(r.Metadata, &md); err != nil {
-		return wsql.Row{}, fmt.Errorf("message %s at offset %d: metadata is not a JSON object: %w", uuid, r.Offset, err)
+	md, err := decodeMetadata(r.Metadata)
+	if err != nil && s.logger != nil {
+		s.logger.Error("Queue row has malformed metadata; delivering what could be read", err,
+			watermill.LogFields{"message_uuid": uuid, "offset": r.Offset})
 	}
-	if md != nil {
-		msg.Metadata = md
-	}
-	msg.Metadata.Set(broker.AttemptKey, strconv.FormatInt(attempts, 10))
+	setDeliveryMetadata(md, attempts, firstFailed)
+	msg.Metadata = md
 	r.Msg = msg
 	return r, nil
+}
+
+// setDeliveryMetadata sets the keys only the row may give, over whatever the
+// stored metadata holds. A stored broker.NackDelayKey (a publisher forwarding
+// what it received) is dropped too: only this consumer's nack may ask for a
+// delay.
+func setDeliveryMetadata(md message.Metadata, attempts int64, firstFailed *time.Time) {
+	md.Set(broker.AttemptKey, strconv.FormatInt(attempts, 10))
+	delete(md, broker.NackDelayKey)
+	delete(md, broker.FirstFailureKey)
+	// The column is only ever set from clock_timestamp(); a time RFC 3339
+	// cannot write (outside years 0-9999, which PostgreSQL allows) could only
+	// come from a hand edit, and is left out rather than sent unparsable.
+	if firstFailed != nil {
+		if at := firstFailed.UTC(); at.Year() >= 0 && at.Year() <= 9999 {
+			md.Set(broker.FirstFailureKey, at.Format(time.RFC3339Nano))
+		}
+	}
+}
+
+// decodeMetadata reads a row's metadata column. What this broker writes is a
+// JSON object of strings, which decodes as it is. Anything else still yields
+// metadata, never nil, and an error that says what was wrong: a value that is
+// not a string is kept as its compact JSON text (null as ""), and a column
+// that is not an object (null, an array, a scalar, invalid JSON) gives empty
+// metadata.
+func decodeMetadata(raw []byte) (message.Metadata, error) {
+	md := message.Metadata{}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return md, fmt.Errorf("metadata is not a JSON object: %w", err)
+	}
+	var notStrings []string
+	for k, v := range fields {
+		var str *string
+		if err := json.Unmarshal(v, &str); err == nil {
+			if str != nil {
+				md[k] = *str
+			} else {
+				md[k] = ""
+			}
+			continue
+		}
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, v); err != nil {
+			buf.Reset()
+			buf.Write(v) // unreachable: v is valid JSON
+		}
+		// Compact copies the strings inside the value byte for byte, invalid
+		// UTF-8 included; made valid here, as decoded strings are.
+		md[k] = strings.ToValidUTF8(buf.String(), "\uFFFD")
+		notStrings = append(notStrings, k)
+	}
+	if len(notStrings) > 0 {
+		sort.Strings(notStrings)
+		return md, fmt.Errorf("metadata values of %q are not strings: kept as JSON text", notStrings)
+	}
+	return md, nil
 }
 
 // SubscribeIsolationLevel is READ COMMITTED: under REPEATABLE READ, claiming a
@@ -253,17 +323,22 @@ var _ wsql.OffsetsAdapter = queueOffsets{}
 // whole batch in Rows even when it stopped early (ack deadline, Close), and its
 // stock queue adapter deletes all of them, losing the rows it never delivered.
 func (a queueOffsets) AckMessageQuery(params wsql.AckMessageQueryParams) (wsql.Query, error) {
-	var acked, nacked []int64
+	var acked, nacked, delays []int64
 	settled := true
 	for _, row := range params.Rows {
 		// take runs for every row so that a nack racing the end of the batch
 		// leaves nothing behind in the set.
-		wasNacked := a.nacked.take(row.Msg)
+		n, wasNacked := a.nacked.take(row.Msg)
 		if !settled {
 			continue
 		}
 		if wasNacked {
+			delay := a.redeliveryDelay
+			if n.requested {
+				delay = n.delay
+			}
 			nacked = append(nacked, row.Offset)
+			delays = append(delays, delay.Microseconds())
 		} else {
 			acked = append(acked, row.Offset)
 		}
@@ -276,19 +351,21 @@ func (a queueOffsets) AckMessageQuery(params wsql.AckMessageQueryParams) (wsql.Q
 			Args:  []any{acked},
 		}, nil
 	}
-	// A nack counts one attempt and stamps the failure times. The seam for max
-	// attempts: moving the row to a dead-letter table belongs in this UPDATE.
+	// A nack counts one attempt, stamps the failure times and hides the row
+	// for its delay (each row its own). The seam for max attempts: moving the
+	// row to a dead-letter table belongs in this UPDATE.
 	return wsql.Query{
 		Query: `WITH redeliver AS (
-				UPDATE ` + table + `
-				SET available_at = clock_timestamp() + $3::bigint * interval '1 microsecond',
-					attempts = attempts + 1,
-					first_failed_at = coalesce(first_failed_at, clock_timestamp()),
+				UPDATE ` + table + ` AS q
+				SET available_at = clock_timestamp() + n.delay * interval '1 microsecond',
+					attempts = q.attempts + 1,
+					first_failed_at = coalesce(q.first_failed_at, clock_timestamp()),
 					last_failed_at = clock_timestamp()
-				WHERE "offset" = ANY($2)
+				FROM unnest($2::bigint[], $3::bigint[]) AS n(off, delay)
+				WHERE q."offset" = n.off
 			)
 			DELETE FROM ` + table + ` WHERE "offset" = ANY($1)`,
-		Args: []any{acked, nacked, a.redeliveryDelay.Microseconds()},
+		Args: []any{acked, nacked, delays},
 	}, nil
 }
 
@@ -318,21 +395,43 @@ func (a queueOffsets) BeforeSubscribingQueries(wsql.BeforeSubscribingQueriesPara
 // watermill-sql hands back at commit (UUIDs need not be unique).
 type nackSet struct {
 	mu sync.Mutex
-	m  map[*message.Message]struct{}
+	m  map[*message.Message]nack
 }
 
-func newNackSet() *nackSet { return &nackSet{m: map[*message.Message]struct{}{}} }
+// nack is one consumer's nack: the redelivery delay it asked for with
+// broker.NackDelayKey, if it did.
+type nack struct {
+	delay     time.Duration
+	requested bool
+}
 
-func (s *nackSet) add(m *message.Message) {
+// nackOf reads the delay a nacked message asks for: a valid
+// broker.NackDelayKey duration (negative counts as 0). Without one, or with
+// one that does not parse, the nack gets Config.RedeliveryDelay.
+func nackOf(msg *message.Message) nack {
+	raw, ok := msg.Metadata[broker.NackDelayKey]
+	if !ok {
+		return nack{}
+	}
+	d, err := time.ParseDuration(raw)
+	if err != nil {
+		return nack{}
+	}
+	return nack{delay: max(d, 0), requested: true}
+}
+
+func newNackSet() *nackSet { return &nackSet{m: map[*message.Message]nack{}} }
+
+func (s *nackSet) add(m *message.Message, n nack) {
 	s.mu.Lock()
-	s.m[m] = struct{}{}
+	s.m[m] = n
 	s.mu.Unlock()
 }
 
-func (s *nackSet) take(m *message.Message) bool {
+func (s *nackSet) take(m *message.Message) (nack, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.m[m]
+	n, ok := s.m[m]
 	delete(s.m, m)
-	return ok
+	return n, ok
 }

@@ -70,9 +70,10 @@ type Config struct {
 	WaitTime time.Duration
 
 	// NackVisibility is the visibility timeout a nacked message gets, i.e. how
-	// long until it is delivered again, in whole seconds up to 12 h. Default 0:
-	// at once (retry back-off belongs to the middleware; the queue's redrive
-	// policy moves it to the DLQ after maxReceiveCount deliveries).
+	// long until it is delivered again, in whole seconds up to 12 h, when the
+	// message does not ask for its own delay with broker.NackDelayKey (the
+	// retry middleware's back-off does). Default 0: at once (the queue's
+	// redrive policy moves it to the DLQ after maxReceiveCount deliveries).
 	NackVisibility time.Duration
 
 	// VisibilityTimeout is how long a received message stays invisible to
@@ -93,8 +94,11 @@ type Config struct {
 	// Subscribe context ending) waits for messages already handed to the
 	// application to be acked or nacked; their acks still delete them, and
 	// their contexts stay live meanwhile. Messages still unsettled after it are
-	// left to their visibility timeout (their handler may still be running, so
-	// releasing them could start a second copy). Default 30 s.
+	// released (visibility 0, with a log line) and their contexts cancelled,
+	// so another consumer gets them at once instead of after the visibility
+	// timeout. A handler that ignores its context may then still be running
+	// while a second copy starts; at-least-once delivery allows that anyway,
+	// and the effect's dedupe row makes it harmless. Default 30 s.
 	DrainTimeout time.Duration
 
 	// RequestTimeout bounds each SQS call other than the long poll, which gets

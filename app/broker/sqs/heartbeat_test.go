@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
@@ -185,8 +186,7 @@ func TestHeartbeatStopsAfterAck(t *testing.T) {
 }
 
 // On Close the heartbeat goes on through the drain, then stops: a message
-// still held after DrainTimeout is left to its visibility timeout and comes
-// back.
+// still held after DrainTimeout is released and comes back at once.
 func TestHeartbeatStopsAtDrainTimeout(t *testing.T) {
 	t.Parallel()
 	c := rawClient(t)
@@ -194,7 +194,7 @@ func TestHeartbeatStopsAtDrainTimeout(t *testing.T) {
 
 	counter := &countingClient{inner: awshttp.NewBuildableClient()}
 	cfg := queueVisibilityConfig(t)
-	cfg.DrainTimeout = 2 * time.Second
+	cfg.DrainTimeout = 3 * time.Second
 	cfg.ClientOptions = []func(*awssqs.Options){func(o *awssqs.Options) { o.HTTPClient = counter }}
 	ps := newPubSub(t, cfg)
 	require.NoError(t, ps.Publish(topic, newMessages(1)...))
@@ -203,14 +203,20 @@ func TestHeartbeatStopsAtDrainTimeout(t *testing.T) {
 	m := brokertest.Next(t, msgs, 10*time.Second)
 
 	start := time.Now()
-	require.NoError(t, ps.Close())
-	assert.GreaterOrEqual(t, time.Since(start), cfg.DrainTimeout, "Close waited for the drain")
+	closed := make(chan struct{})
+	go func() {
+		_ = ps.Close()
+		close(closed)
+	}()
+	time.Sleep(1500 * time.Millisecond) // longer than the visibility timeout, within the drain
 	assert.Empty(t, receiveRaw(t, c, url, 0), "kept invisible through the drain (longer than the visibility timeout)")
+	<-closed
+	assert.GreaterOrEqual(t, time.Since(start), cfg.DrainTimeout, "Close waited for the drain")
 
 	after := counter.extends.Load()
 	assert.Positive(t, after)
 	again := receiveRaw(t, c, url, 5)
-	if assert.Len(t, again, 1, "left to its visibility timeout: visible again") {
+	if assert.Len(t, again, 1, "released after the drain: visible again") {
 		assert.Equal(t, "2", again[0].Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
 	}
 	assert.Equal(t, after, counter.extends.Load(), "no extension after Close")
@@ -218,6 +224,9 @@ func TestHeartbeatStopsAtDrainTimeout(t *testing.T) {
 	assert.Zero(t, counter.deletes.Load(), "an ack after the drain deletes nothing")
 }
 
+// A configured VisibilityTimeout is asked for on every receive, overriding
+// the queue's: a message the subscription leaves alone (it cannot be
+// unmarshaled) comes back after the configured 1 s, not the queue's 30 s.
 func TestVisibilityTimeoutConfig(t *testing.T) {
 	t.Parallel()
 	c := rawClient(t)
@@ -226,16 +235,30 @@ func TestVisibilityTimeoutConfig(t *testing.T) {
 	cfg := queueVisibilityConfig(t)
 	cfg.VisibilityTimeout = time.Second
 	cfg.DrainTimeout = 100 * time.Millisecond
+	seen := &seeingUnmarshaler{}
+	cfg.Unmarshaler = seen
 	ps := newPubSub(t, cfg)
-	require.NoError(t, ps.Publish(topic, newMessages(1)...))
-	msgs, err := ps.Subscribe(context.Background(), topic)
+	require.NoError(t, ps.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("poison"))))
+	_, err := ps.Subscribe(context.Background(), topic)
 	require.NoError(t, err)
-	first := brokertest.Next(t, msgs, 10*time.Second)
+	require.Eventually(t, seen.poison.Load, 10*time.Second, 10*time.Millisecond, "the subscription received the message")
 	require.NoError(t, ps.Close())
-	_ = first
 
-	// Left after the drain with the configured 1 s, not the queue's 30 s.
 	start := time.Now()
-	assert.Len(t, receiveRaw(t, c, url, 5), 1)
-	assert.Less(t, time.Since(start), 4*time.Second)
+	assert.Len(t, receiveRaw(t, c, url, 10), 1)
+	assert.Less(t, time.Since(start), 10*time.Second, "left with the configured 1 s, not the queue's 30 s")
+}
+
+// seeingUnmarshaler is failingUnmarshaler that records whether it was handed
+// the poison message.
+type seeingUnmarshaler struct {
+	failingUnmarshaler
+	poison atomic.Bool
+}
+
+func (u *seeingUnmarshaler) Unmarshal(m *types.Message) (*message.Message, error) {
+	if aws.ToString(m.Body) == "poison" {
+		u.poison.Store(true)
+	}
+	return u.failingUnmarshaler.Unmarshal(m)
 }

@@ -43,9 +43,11 @@ const encodedNamePrefix = "_eventpipe.k."
 // subscribers.
 //
 // SQS refuses an empty attribute value, so a key with an empty value is not
-// sent; it reads back as "" all the same. A key SQS would refuse as a name is
-// sent as an encoded name and decoded on receipt. A message without the UUID
-// attribute (a foreign publisher) gets its SQS MessageId as UUID.
+// sent; it reads back as "" all the same. The empty key is not sent either: no
+// valid SQS name can carry it. A key SQS would refuse as a name, or one that
+// is watermill-aws's UUID attribute name, is sent as an encoded name and
+// decoded on receipt. A message without the UUID attribute (a foreign
+// publisher) gets its SQS MessageId as UUID.
 type Marshaler struct{}
 
 var (
@@ -57,7 +59,7 @@ var (
 func (Marshaler) Marshal(msg *message.Message) (*types.Message, error) {
 	attrs := make(map[string]types.MessageAttributeValue, len(msg.Metadata)+1)
 	for k, v := range msg.Metadata {
-		if v == "" || k == ReceiveCountKey || k == broker.AttemptKey {
+		if v == "" || k == "" || k == ReceiveCountKey || k == broker.AttemptKey {
 			continue
 		}
 		attrs[attributeName(k)] = types.MessageAttributeValue{
@@ -128,7 +130,7 @@ func attributeValue(v types.MessageAttributeValue) (string, bool) {
 
 // attributeName returns the SQS attribute name for a metadata key.
 func attributeName(key string) string {
-	if validAttributeName(key) && !strings.HasPrefix(key, encodedNamePrefix) {
+	if validAttributeName(key) && !strings.HasPrefix(key, encodedNamePrefix) && key != wsqs.UUIDAttribute {
 		return key
 	}
 	return encodedNamePrefix + base64.RawURLEncoding.EncodeToString([]byte(key))

@@ -7,13 +7,18 @@
 // refused. Subscribe runs Config.Workers long-polling receivers, each asking
 // for Config.BatchSize messages, and hands every message of a batch out on its
 // own: an ack deletes it (acks that arrive together are deleted together with
-// DeleteMessageBatch), a nack makes it visible again after
+// DeleteMessageBatch), a nack makes it visible again after the delay in its
+// broker.NackDelayKey metadata (rounded up to whole seconds) or else
 // Config.NackVisibility, and one nack never holds back or gives up the rest of
 // its batch. While a message is handed out and unsettled, a heartbeat extends
 // its visibility (ChangeMessageVisibilityBatch), so a handler may run longer
 // than the visibility timeout. Every message carries broker.AttemptKey
-// (x-attempt), ApproximateReceiveCount − 1. watermill-aws's subscriber is not used because it receives one
-// message per call and abandons the rest of a batch on a nack.
+// (x-attempt), ApproximateReceiveCount − 1, and a redelivered one
+// broker.FirstFailureKey, from ApproximateFirstReceiveTimestamp: the start of
+// its first attempt (SQS records no failure time; the first receive is when
+// the attempt that failed first began). watermill-aws's subscriber is not
+// used because it receives one message per call and abandons the rest of a
+// batch on a nack.
 //
 // The emulator used in development and tests (fauxqs) is more lenient than
 // SQS: it accepts more than 10 message attributes, any attribute name and
@@ -53,9 +58,9 @@ func (e *QueueNotFoundError) Error() string {
 	return fmt.Sprintf("sqs: queue %q for topic %q does not exist (provision the topology, or set CreateQueues)", e.Queue, e.Topic)
 }
 
-// PubSub is the SQS broker. It implements broker.PubSub, broker.Pinger and
-// message.SubscribeInitializer. It holds no connection (SQS is HTTP), so it
-// needs no reconnecting; Close ends its subscriptions.
+// PubSub is the SQS broker. It implements broker.PubSub, broker.Pinger,
+// broker.NackDelayer and message.SubscribeInitializer. It holds no connection
+// (SQS is HTTP), so it needs no reconnecting; Close ends its subscriptions.
 type PubSub struct {
 	cfg    Config
 	client *sqs.Client
@@ -138,9 +143,9 @@ func (p *PubSub) SubscribeInitialize(topic string) error {
 
 // Close ends every subscription and waits for them: receiving stops, messages
 // not yet handed out are made visible again, messages handed out get
-// Config.DrainTimeout to be acked or nacked. Nothing is deleted without an
-// ack. Publish and Subscribe fail afterwards. Calling Close again waits the
-// same way and returns nil.
+// Config.DrainTimeout to be acked or nacked and are made visible again if they
+// are not. Nothing is deleted without an ack. Publish and Subscribe fail
+// afterwards. Calling Close again waits the same way and returns nil.
 func (p *PubSub) Close() error {
 	p.closeOnce.Do(func() {
 		p.mu.Lock()

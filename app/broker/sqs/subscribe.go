@@ -13,8 +13,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/cenkalti/backoff/v5"
-
-	"github.com/eventpipe/eventpipe/app/broker"
 )
 
 // Subscribe returns the messages of topic's queue. Config.Workers receivers
@@ -28,10 +26,19 @@ import (
 // before half of the visibility timeout (Config.VisibilityTimeout, or the
 // queue's own, read here once) has passed, so a long handler keeps it.
 //
-// Ack deletes the message, Nack makes it visible again after
-// Config.NackVisibility. A message that cannot be unmarshaled is logged and
-// left alone: it comes back after the queue's visibility timeout and the
-// redrive policy dead-letters it. Receive errors are logged and retried with
+// On a redelivery (ApproximateReceiveCount > 1) a message also carries
+// broker.FirstFailureKey: SQS's ApproximateFirstReceiveTimestamp, the time of
+// its first receive, i.e. when the first (failed) attempt started, to the
+// millisecond, in RFC 3339 UTC. SQS keeps no failure times of its own, so this
+// is the closest it knows; it is absent on a first delivery. A publisher's
+// value of any of these keys is dropped, and so is a broker.NackDelayKey that
+// came with the message.
+//
+// Ack deletes the message. Nack makes it visible again after the duration in
+// its broker.NackDelayKey metadata when it has a valid one (rounded up to
+// whole seconds, clamped to 0..12 h), else after Config.NackVisibility. A
+// message that cannot be unmarshaled is logged and left alone: it comes back
+// after the queue's visibility timeout and the redrive policy dead-letters it. Receive errors are logged and retried with
 // back-off. The subscription ends, and the channel closes, when ctx ends or
 // the PubSub is closed; see Close for what happens to messages in flight.
 func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
@@ -94,7 +101,7 @@ type subscription struct {
 	// what arrives together.
 	settle chan settleRequest
 	// drained closes DrainTimeout after stop: messages handed out and still
-	// unsettled are then left to their visibility timeout.
+	// unsettled are then released (made visible again at once).
 	drained chan struct{}
 	// heartbeat extends the visibility of received messages until they are
 	// settled; nil when the queue's visibility timeout is 0.
@@ -259,13 +266,11 @@ func (s *subscription) receive(n int) ([]types.Message, time.Time, error) {
 	defer cancel()
 	sent := time.Now()
 	in := &sqs.ReceiveMessageInput{
-		QueueUrl:              aws.String(s.queueURL),
-		MaxNumberOfMessages:   int32(n),
-		WaitTimeSeconds:       int32(s.p.cfg.WaitTime / time.Second),
-		MessageAttributeNames: []string{"All"},
-		MessageSystemAttributeNames: []types.MessageSystemAttributeName{
-			types.MessageSystemAttributeNameApproximateReceiveCount,
-		},
+		QueueUrl:                    aws.String(s.queueURL),
+		MaxNumberOfMessages:         int32(n),
+		WaitTimeSeconds:             int32(s.p.cfg.WaitTime / time.Second),
+		MessageAttributeNames:       []string{"All"},
+		MessageSystemAttributeNames: receiveSystemAttributes,
 	}
 	if s.p.cfg.VisibilityTimeout > 0 {
 		in.VisibilityTimeout = int32(s.p.cfg.VisibilityTimeout / time.Second)
@@ -303,16 +308,9 @@ func (s *subscription) dispatch(m *types.Message, received time.Time) {
 	if msg.Metadata == nil {
 		msg.Metadata = message.Metadata{}
 	}
-	// The attempt number comes from SQS alone: a value a publisher put in the
-	// attributes is never trusted.
-	attempt := 0
-	if count, ok := m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)]; ok {
-		msg.Metadata.Set(ReceiveCountKey, count)
-		if n, err := strconv.Atoi(count); err == nil && n > 1 {
-			attempt = n - 1
-		}
-	}
-	msg.Metadata.Set(broker.AttemptKey, strconv.Itoa(attempt))
+	// The attempt number and first failure time come from SQS alone: a value
+	// a publisher put in the attributes is never trusted.
+	setDeliveryMetadata(msg.Metadata, m.Attributes)
 	ctx, cancel := context.WithCancel(s.msgParent)
 	msg.SetContext(ctx)
 	s.heartbeat.track(handle, id, received)
@@ -346,11 +344,18 @@ func (s *subscription) deliver(msg *message.Message, id, handle string, cancel c
 		s.settleOne(settleRequest{
 			receiptHandle: handle,
 			messageID:     id,
-			visibility:    int32(s.p.cfg.NackVisibility / time.Second),
+			visibility:    nackVisibility(msg, s.p.cfg.NackVisibility),
 		})
 	default:
-		s.p.logger.Info("SQS message not acked within the drain timeout, leaving it to its visibility timeout",
+		// Neither acked nor nacked by the end of the drain: released, so that
+		// another consumer gets it now rather than after the visibility
+		// timeout. Its handler, if still running, sees its context cancelled
+		// (deferred above); a second copy may start meanwhile, which
+		// at-least-once delivery and the dedupe in the handler's transaction
+		// already allow for.
+		s.p.logger.Info("SQS message not acked or nacked within the drain timeout, releasing it",
 			s.fields(watermill.LogFields{"message_id": id, "message_uuid": msg.UUID}))
+		s.settleOne(settleRequest{receiptHandle: handle, messageID: id, visibility: 0})
 	}
 }
 

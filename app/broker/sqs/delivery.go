@@ -1,0 +1,89 @@
+package sqs
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/eventpipe/eventpipe/app/broker"
+)
+
+var _ broker.NackDelayer = (*PubSub)(nil)
+
+// NacksWithDelay reports that a nack honours broker.NackDelayKey: the message
+// is made visible again after the requested delay (see Subscribe).
+func (p *PubSub) NacksWithDelay() bool { return true }
+
+// System attributes every ReceiveMessage asks for.
+var receiveSystemAttributes = []types.MessageSystemAttributeName{
+	types.MessageSystemAttributeNameApproximateReceiveCount,
+	types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp,
+}
+
+// setDeliveryMetadata sets what SQS alone knows about a delivery on md, from
+// the received message's system attributes, over whatever a publisher put
+// there: ReceiveCountKey, broker.AttemptKey (ApproximateReceiveCount − 1) and,
+// on a redelivery (ApproximateReceiveCount > 1), broker.FirstFailureKey from
+// ApproximateFirstReceiveTimestamp. A publisher's value of those keys is
+// never delivered, nor a broker.NackDelayKey that came with the message: a
+// delay asked for by a nack elsewhere must not delay this consumer's nacks.
+func setDeliveryMetadata(md message.Metadata, attrs map[string]string) {
+	delete(md, ReceiveCountKey)
+	delete(md, broker.FirstFailureKey)
+	delete(md, broker.NackDelayKey)
+	attempt := 0
+	if count, ok := attrs[string(types.MessageSystemAttributeNameApproximateReceiveCount)]; ok {
+		md.Set(ReceiveCountKey, count)
+		if n, err := strconv.Atoi(count); err == nil && n > 1 {
+			attempt = n - 1
+		}
+	}
+	md.Set(broker.AttemptKey, strconv.Itoa(attempt))
+	if attempt == 0 {
+		return
+	}
+	// Epoch milliseconds. The first receive is when the first attempt, the
+	// one that failed, started.
+	raw := attrs[string(types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp)]
+	if ms, err := strconv.ParseInt(raw, 10, 64); err == nil && ms > 0 {
+		if at := time.UnixMilli(ms).UTC(); at.Year() <= maxRFC3339Year {
+			md.Set(broker.FirstFailureKey, at.Format(time.RFC3339Nano))
+		}
+	}
+}
+
+// maxRFC3339Year is the last year RFC 3339 can write: a later time formats
+// with more than four year digits, which no RFC 3339 parser reads back (found
+// by FuzzUnmarshal). Such a timestamp is nonsense and is left out.
+const maxRFC3339Year = 9999
+
+// nackVisibility is the visibility timeout, in seconds, that a nack of msg
+// sets: broker.NackDelayKey's duration when the message carries a valid one,
+// rounded up to whole seconds and clamped to 0..12 h, else def
+// (Config.NackVisibility).
+func nackVisibility(msg *message.Message, def time.Duration) int32 {
+	d := def
+	if raw, ok := msg.Metadata[broker.NackDelayKey]; ok {
+		if parsed, err := time.ParseDuration(raw); err == nil {
+			d = parsed
+		}
+	}
+	return visibilitySeconds(d)
+}
+
+// visibilitySeconds rounds d up to whole seconds within SQS's 0..12 h.
+func visibilitySeconds(d time.Duration) int32 {
+	if d <= 0 {
+		return 0
+	}
+	if d >= maxVisibility {
+		return int32(maxVisibility / time.Second)
+	}
+	secs := d / time.Second
+	if d%time.Second != 0 {
+		secs++
+	}
+	return int32(secs)
+}

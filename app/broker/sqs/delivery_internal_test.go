@@ -1,0 +1,76 @@
+package sqs
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+
+	"github.com/eventpipe/eventpipe/app/broker"
+)
+
+func TestNackVisibility(t *testing.T) {
+	t.Parallel()
+	const def = 7 * time.Second
+	for raw, want := range map[string]int32{
+		"":          7, // absent: the configured NackVisibility
+		"2s":        2,
+		"1.5s":      2, // rounded up
+		"1ns":       1,
+		"999ms":     1,
+		"1s":        1,
+		"0s":        0,
+		"-3s":       0,
+		"12h":       43200,
+		"12h0m1s":   43200, // clamped
+		"100000h":   43200,
+		"garbage":   7, // unparsable: the configured value
+		"2540400h1": 7,
+	} {
+		msg := message.NewMessage("u", nil)
+		if raw != "" {
+			msg.Metadata.Set(broker.NackDelayKey, raw)
+		}
+		assert.Equal(t, want, nackVisibility(msg, def), "%q", raw)
+	}
+}
+
+func TestSetDeliveryMetadata(t *testing.T) {
+	t.Parallel()
+	forged := func() message.Metadata {
+		return message.Metadata{
+			"keep":                 "v",
+			broker.AttemptKey:      "9",
+			broker.FirstFailureKey: "2000-01-01T00:00:00Z",
+			broker.NackDelayKey:    "1h",
+			ReceiveCountKey:        "9",
+		}
+	}
+	first := forged()
+	setDeliveryMetadata(first, map[string]string{
+		"ApproximateReceiveCount":          "1",
+		"ApproximateFirstReceiveTimestamp": "1700000000123",
+	})
+	assert.Equal(t, message.Metadata{"keep": "v", broker.AttemptKey: "0", ReceiveCountKey: "1"}, first)
+
+	again := forged()
+	setDeliveryMetadata(again, map[string]string{
+		"ApproximateReceiveCount":          "3",
+		"ApproximateFirstReceiveTimestamp": "1700000000123",
+	})
+	assert.Equal(t, message.Metadata{
+		"keep":                 "v",
+		broker.AttemptKey:      "2",
+		ReceiveCountKey:        "3",
+		broker.FirstFailureKey: "2023-11-14T22:13:20.123Z",
+	}, again)
+
+	noTimestamp := forged()
+	setDeliveryMetadata(noTimestamp, map[string]string{"ApproximateReceiveCount": "2"})
+	assert.Equal(t, message.Metadata{"keep": "v", broker.AttemptKey: "1", ReceiveCountKey: "2"}, noTimestamp)
+
+	nothing := forged()
+	setDeliveryMetadata(nothing, nil)
+	assert.Equal(t, message.Metadata{"keep": "v", broker.AttemptKey: "0"}, nothing)
+}
