@@ -119,7 +119,7 @@ func AddRoute(router *message.Router, sub message.Subscriber, deps middleware.De
 	if err := policy.Validate(); err != nil {
 		return fmt.Errorf("route %s: policy: %w", r.Name, err)
 	}
-	router.AddConsumerHandler(r.Name, r.Queue, sub, r.Handle).AddMiddleware(middleware.Chain(deps, policy)...)
+	router.AddConsumerHandler(r.Name, r.Queue, sub, r.Handle).AddMiddleware(middleware.Chain(deps, r)...)
 	return nil
 }
 

@@ -28,7 +28,9 @@ type Deps struct {
 // the router's, because the policy differs per route and must sit outside
 // panic recovery.
 //
-//  1. Correlation: every message has a trace id, in its context and on what it produces.
+//  1. Correlation: every message has a trace id (x-trace-id, else the one
+//     its wire format carries, else its traceparent's, else a new one), in its
+//     context and on what it produces.
 //  2. Tracing: one consumer span per delivery, continuing the publisher's
 //     trace (traceparent) or the x-trace-id's; dead letters and anything
 //     published while handling are its children.
@@ -38,16 +40,18 @@ type Deps struct {
 //     or by the broker), drop or dead-letter with the reason; a handler cut
 //     short by shutdown is nacked, never retried or dead-lettered.
 //  5. Recoverer: a panicking handler becomes an error, never a crash.
-func Chain(d Deps, p route.Policy) []message.HandlerMiddleware {
+//
+// The route's policy must be valid (route.Policy.Validate).
+func Chain(d Deps, r route.Route) []message.HandlerMiddleware {
 	policy := Policy{
-		Route:     p,
+		Route:     r.EffectivePolicy(),
 		Publisher: d.Publisher,
 		NackDelay: d.NackDelay,
 		Logger:    d.Logger,
 		Metrics:   d.Metrics,
 	}
 	return []message.HandlerMiddleware{
-		Correlation,
+		CorrelationFrom(r.TraceID),
 		Tracing(d.Tracer),
 		Observe(d.Logger, d.Metrics),
 		policy.Middleware,

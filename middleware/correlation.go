@@ -54,29 +54,39 @@ func NewMessage(ctx context.Context, payload []byte) *message.Message {
 }
 
 // Correlation gives every message a trace id before anything else runs: the
-// one in its metadata, else the trace id of its W3C traceparent, else a new
-// one. The
-// id goes into the message's context (so logs and published messages carry it)
-// and onto every message the handler returns.
+// one in its metadata (x-trace-id), else the trace id of its W3C traceparent,
+// else a new one. The id goes into the message's context (so logs and
+// published messages carry it) and onto every message the handler returns.
 func Correlation(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) ([]*message.Message, error) {
-		id := msg.Metadata.Get(TraceIDKey)
-		if id == "" {
-			if fromParent, ok := TraceIDFromTraceparent(msg.Metadata.Get(TraceparentKey)); ok {
-				id = fromParent
-			} else {
-				id = NewTraceID()
+	return CorrelationFrom(nil)(h)
+}
+
+// CorrelationFrom is Correlation for a wire format that carries its own trace
+// id: fromWire (route.Route.TraceID) is asked before the traceparent.
+func CorrelationFrom(fromWire func(*message.Message) string) message.HandlerMiddleware {
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			id := msg.Metadata.Get(TraceIDKey)
+			if id == "" && fromWire != nil {
+				id = fromWire(msg)
+			}
+			if id == "" {
+				if fromParent, ok := TraceIDFromTraceparent(msg.Metadata.Get(TraceparentKey)); ok {
+					id = fromParent
+				} else {
+					id = NewTraceID()
+				}
 			}
 			msg.Metadata.Set(TraceIDKey, id)
-		}
-		msg.SetContext(WithTraceID(msg.Context(), id))
+			msg.SetContext(WithTraceID(msg.Context(), id))
 
-		produced, err := h(msg)
-		for _, p := range produced {
-			if p.Metadata.Get(TraceIDKey) == "" {
-				p.Metadata.Set(TraceIDKey, id)
+			produced, err := h(msg)
+			for _, p := range produced {
+				if p.Metadata.Get(TraceIDKey) == "" {
+					p.Metadata.Set(TraceIDKey, id)
+				}
 			}
+			return produced, err
 		}
-		return produced, err
 	}
 }

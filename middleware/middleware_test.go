@@ -90,7 +90,7 @@ func TestChainCountsHandledFailedRetried(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := middleware.NewMetrics(reg)
 	dlq := &recordingPublisher{}
-	chain := middleware.Chain(middleware.Deps{Logger: slog.New(slog.DiscardHandler), Metrics: m, Publisher: dlq}, fastPolicy())
+	chain := middleware.Chain(middleware.Deps{Logger: slog.New(slog.DiscardHandler), Metrics: m, Publisher: dlq}, route.Route{Policy: fastPolicy()})
 
 	ok := wrap(chain, func(*message.Message) ([]*message.Message, error) { return nil, nil })
 	_, err := ok(withRoute(message.NewMessage("1", nil)))
@@ -132,7 +132,7 @@ func TestChainDoesNotRetryShutdown(t *testing.T) {
 	t.Parallel()
 	m := middleware.NewMetrics(prometheus.NewRegistry())
 	dlq := &recordingPublisher{}
-	chain := middleware.Chain(middleware.Deps{Logger: slog.New(slog.DiscardHandler), Metrics: m, Publisher: dlq}, fastPolicy())
+	chain := middleware.Chain(middleware.Deps{Logger: slog.New(slog.DiscardHandler), Metrics: m, Publisher: dlq}, route.Route{Policy: fastPolicy()})
 	calls := 0
 	h := wrap(chain, func(*message.Message) ([]*message.Message, error) {
 		calls++
@@ -147,7 +147,7 @@ func TestChainDoesNotRetryShutdown(t *testing.T) {
 func TestDuplicateIsAcknowledgedWithoutRetry(t *testing.T) {
 	t.Parallel()
 	m := middleware.NewMetrics(prometheus.NewRegistry())
-	chain := middleware.Chain(middleware.Deps{Logger: slog.New(slog.DiscardHandler), Metrics: m, Publisher: &recordingPublisher{}}, fastPolicy())
+	chain := middleware.Chain(middleware.Deps{Logger: slog.New(slog.DiscardHandler), Metrics: m, Publisher: &recordingPublisher{}}, route.Route{Policy: fastPolicy()})
 	calls := 0
 	h := wrap(chain, func(*message.Message) ([]*message.Message, error) {
 		calls++

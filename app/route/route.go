@@ -28,6 +28,11 @@ type Route struct {
 	Handle message.NoPublishHandlerFunc
 	// Policy is what a failure does; the zero value means DefaultPolicy.
 	Policy Policy
+	// TraceID, when set, returns the trace id the route's wire format
+	// carries (the StackUp envelope's traceId, the interviews spec's
+	// requestId attribute, the disputes envelope's trace_id), or "". It is
+	// used for a message without an x-trace-id.
+	TraceID func(msg *message.Message) string
 }
 
 // EffectivePolicy is the route's policy, DefaultPolicy when it sets none.
