@@ -2,8 +2,13 @@ package rabbitmq
 
 import (
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/eventpipe/eventpipe/app/topology"
 )
 
 // Topology maps a Watermill topic to RabbitMQ objects and declares them. It
@@ -54,3 +59,84 @@ func (DurableQueues) Route(topic string) (exchange, routingKey string) { return 
 
 // Queue consumes from the queue named topic.
 func (DurableQueues) Queue(topic string) string { return topic }
+
+// Declared is the topology of a spec (or several, merged): a topic is one of
+// its queues, consumed and published to by name through the default exchange,
+// or "<exchange>/<routing-key>", published to the exchange with that key (the
+// StackUp contract's routing). The first Declare declares the whole topology —
+// exchanges, queues with their arguments (dead-lettering, queue type, delivery
+// limit) and bindings — exactly as `eventpipe topology apply` does, so that a
+// message published to an exchange finds its queues even before their
+// consumers start, and a queue is never redeclared with other arguments. A
+// topic outside the topology is a plain durable queue (Fallback).
+type Declared struct {
+	c        compiled
+	fallback Topology
+
+	mu   sync.Mutex
+	done bool
+}
+
+var _ Topology = (*Declared)(nil)
+
+// NewDeclared returns the Topology of t; topics t does not know are handled
+// by fallback (nil means DurableQueues{}).
+func NewDeclared(t topology.Topology, fallback Topology) (*Declared, error) {
+	c, err := compile(t)
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq: topology %s: %w", t.Name, err)
+	}
+	if fallback == nil {
+		fallback = DurableQueues{}
+	}
+	return &Declared{c: c, fallback: fallback}, nil
+}
+
+func (d *Declared) knows(topic string) bool {
+	if exchange, _, routed := strings.Cut(topic, "/"); routed {
+		return exchange == "" || slices.ContainsFunc(d.c.exchanges, func(e topology.Exchange) bool { return e.Name == exchange })
+	}
+	return slices.ContainsFunc(d.c.queues, func(q compiledQueue) bool { return q.name == topic })
+}
+
+// Declare declares the whole topology once (again after an error), or the
+// fallback's queue for a topic outside it.
+func (d *Declared) Declare(ch *amqp.Channel, topic string) error {
+	if !d.knows(topic) {
+		return d.fallback.Declare(ch, topic)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.done {
+		return nil
+	}
+	for _, e := range d.c.exchanges {
+		if err := ch.ExchangeDeclare(e.Name, e.Type, true, false, false, false, nil); err != nil {
+			return fmt.Errorf("declare exchange %s: %w", e.Name, err)
+		}
+	}
+	for _, q := range d.c.queues {
+		if _, err := ch.QueueDeclare(q.name, true, false, false, false, q.args); err != nil {
+			return fmt.Errorf("declare queue %s: %w (`eventpipe topology plan` shows how it differs)", q.name, err)
+		}
+	}
+	for _, b := range d.c.bindings {
+		if err := ch.QueueBind(b.queue, b.key, b.exchange, false, nil); err != nil {
+			return fmt.Errorf("declare %s: %w", b.object(), err)
+		}
+	}
+	d.done = true
+	return nil
+}
+
+// Route publishes "<exchange>/<routing-key>" to the exchange, anything else
+// to the queue of that name through the default exchange.
+func (d *Declared) Route(topic string) (exchange, routingKey string) {
+	if exchange, key, routed := strings.Cut(topic, "/"); routed {
+		return exchange, key
+	}
+	return d.fallback.Route(topic)
+}
+
+// Queue consumes from the queue named topic.
+func (d *Declared) Queue(topic string) string { return topic }

@@ -1,4 +1,7 @@
-package sqs
+// Package routing routes a message published to "<exchange>/<routing-key>"
+// by a topology's bindings, on brokers without exchanges (memory, SQS,
+// Postgres), with the same rules RabbitMQ applies (topology.Topology.Route).
+package routing
 
 import (
 	"fmt"
@@ -11,7 +14,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/topology"
 )
 
-// Routing on SQS. SQS has no exchanges or routing keys; a topology's
+// Routing on brokers without exchanges. SQS (like memory and Postgres) has no exchanges or routing keys; a topology's
 // exchanges and bindings (the StackUp contract's topic exchanges, wildcard
 // keys included) are routed by the publisher itself from the same
 // topology.Topology that RabbitMQ is provisioned from, with
@@ -24,7 +27,7 @@ import (
 // service would stand in the delivery path. Routing in the publisher keeps
 // one source of truth and needs only the queues that Apply already creates.
 
-// Metadata keys RoutingPublisher sets on every routed message, so that a
+// Metadata keys Publisher sets on every routed message, so that a
 // consumer sees which exchange and routing key it was published with (on
 // RabbitMQ the broker's delivery carries them).
 const (
@@ -41,7 +44,7 @@ type UnroutableError struct {
 }
 
 func (e *UnroutableError) Error() string {
-	return fmt.Sprintf("sqs: no queue is bound to exchange %q for routing key %q: nothing sent", e.Exchange, e.RoutingKey)
+	return fmt.Sprintf("routing: no queue is bound to exchange %q for routing key %q: nothing sent", e.Exchange, e.RoutingKey)
 }
 
 // RouteError reports a routed publish that reached some queues and not
@@ -51,14 +54,13 @@ type RouteError struct {
 	Exchange, RoutingKey string
 	// Sent lists the queues that accepted every message.
 	Sent []string
-	// Failed maps each other queue to its error (a *PublishError when SQS
-	// refused some messages).
+	// Failed maps each other queue to its error (e.g. an SQS *PublishError).
 	Failed map[string]error
 }
 
 func (e *RouteError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "sqs: route %s/%s: %d queue(s) failed", e.Exchange, e.RoutingKey, len(e.Failed))
+	fmt.Fprintf(&b, "routing: route %s/%s: %d queue(s) failed", e.Exchange, e.RoutingKey, len(e.Failed))
 	for _, q := range sortedKeysErr(e.Failed) {
 		fmt.Fprintf(&b, "; %s: %v", q, e.Failed[q])
 	}
@@ -79,7 +81,7 @@ func (e *RouteError) Unwrap() []error {
 
 func sortedKeysErr(m map[string]error) []string { return slices.Sorted(maps.Keys(m)) }
 
-// RoutingPublisher is a message.Publisher that routes by the topology's
+// Publisher is a message.Publisher that routes by the topology's
 // bindings. A topic "<exchange>/<routing-key>" goes to every queue
 // topology.Topology.Route names for them (each once, in declaration order),
 // with ExchangeKey and RoutingKeyKey set in the metadata of the copies it
@@ -87,32 +89,49 @@ func sortedKeysErr(m map[string]error) []string { return slices.Sorted(maps.Keys
 // the default exchange, "/<queue>") is a queue name and goes to that queue as
 // it is, as with the default exchange on RabbitMQ. Exchange names must not
 // contain '/'; routing keys may.
-type RoutingPublisher struct {
+type Publisher struct {
 	pub message.Publisher
 	t   topology.Topology
+	// native: the broker routes "<exchange>/<routing-key>" itself (RabbitMQ);
+	// the Publisher only checks the route and sets the metadata.
+	native bool
 }
 
-var _ message.Publisher = (*RoutingPublisher)(nil)
+var _ message.Publisher = (*Publisher)(nil)
 
-// NewRoutingPublisher returns a RoutingPublisher that publishes to pub
-// (normally a *PubSub) by t's bindings. t must be valid.
-func NewRoutingPublisher(pub message.Publisher, t topology.Topology) (*RoutingPublisher, error) {
+// New returns a Publisher that publishes to pub (a broker) by t's bindings.
+// t must be valid.
+func New(pub message.Publisher, t topology.Topology) (*Publisher, error) {
 	if err := t.Validate(); err != nil {
-		return nil, fmt.Errorf("sqs: routing topology %s: %w", t.Name, err)
+		return nil, fmt.Errorf("routing: routing topology %s: %w", t.Name, err)
 	}
 	for _, e := range t.Exchanges {
 		if strings.Contains(e.Name, "/") {
-			return nil, fmt.Errorf("sqs: routing topology %s: exchange %q: '/' separates exchange and routing key in a topic", t.Name, e.Name)
+			return nil, fmt.Errorf("routing: routing topology %s: exchange %q: '/' separates exchange and routing key in a topic", t.Name, e.Name)
 		}
 	}
-	return &RoutingPublisher{pub: pub, t: t}, nil
+	return &Publisher{pub: pub, t: t}, nil
+}
+
+// NewNative returns a Publisher for a broker that routes by exchange and
+// routing key itself (RabbitMQ, whose adapter publishes "<exchange>/<key>" to
+// the exchange): it refuses what New refuses — an undeclared exchange, a key
+// no queue is bound for, which RabbitMQ would drop silently — sets the same
+// metadata, and hands the topic on unchanged.
+func NewNative(pub message.Publisher, t topology.Topology) (*Publisher, error) {
+	p, err := New(pub, t)
+	if err != nil {
+		return nil, err
+	}
+	p.native = true
+	return p, nil
 }
 
 // Publish sends msgs to the queues topic routes to. An undeclared exchange is
 // an error and so is a routing key that reaches no queue (*UnroutableError);
 // in both cases nothing is sent. When some queues fail the others are still
 // sent to and the error is a *RouteError.
-func (r *RoutingPublisher) Publish(topic string, msgs ...*message.Message) error {
+func (r *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	exchange, key, routed := strings.Cut(topic, "/")
 	if !routed || exchange == "" {
 		if routed {
@@ -121,7 +140,7 @@ func (r *RoutingPublisher) Publish(topic string, msgs ...*message.Message) error
 		return r.pub.Publish(topic, msgs...)
 	}
 	if !r.declared(exchange) {
-		return fmt.Errorf("sqs: topic %q: exchange %q is not declared in topology %s", topic, exchange, r.t.Name)
+		return fmt.Errorf("routing: topic %q: exchange %q is not declared in topology %s", topic, exchange, r.t.Name)
 	}
 	queues := r.t.Route(exchange, key)
 	if len(queues) == 0 {
@@ -139,6 +158,9 @@ func (r *RoutingPublisher) Publish(topic string, msgs ...*message.Message) error
 		c.Metadata.Set(RoutingKeyKey, key)
 		copies[i] = c
 	}
+	if r.native {
+		return r.pub.Publish(topic, copies...)
+	}
 	rerr := &RouteError{Exchange: exchange, RoutingKey: key, Failed: map[string]error{}}
 	for _, q := range queues {
 		if err := r.pub.Publish(q, copies...); err != nil {
@@ -153,7 +175,7 @@ func (r *RoutingPublisher) Publish(topic string, msgs ...*message.Message) error
 	return rerr
 }
 
-func (r *RoutingPublisher) declared(exchange string) bool {
+func (r *Publisher) declared(exchange string) bool {
 	for _, e := range r.t.Exchanges {
 		if e.Name == exchange {
 			return true
@@ -164,4 +186,4 @@ func (r *RoutingPublisher) declared(exchange string) bool {
 
 // Close does nothing: the publisher it routes through belongs to the caller
 // (a *PubSub usually also serves subscriptions) and is closed by it.
-func (r *RoutingPublisher) Close() error { return nil }
+func (r *Publisher) Close() error { return nil }
