@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -20,8 +21,10 @@ import (
 	"github.com/eventpipe/eventpipe/app/broker/memory"
 	"github.com/eventpipe/eventpipe/app/broker/postgres"
 	"github.com/eventpipe/eventpipe/app/broker/rabbitmq"
+	"github.com/eventpipe/eventpipe/app/broker/routing"
 	"github.com/eventpipe/eventpipe/app/broker/sqs"
 	"github.com/eventpipe/eventpipe/app/internal/testenv"
+	"github.com/eventpipe/eventpipe/app/topology"
 )
 
 // Kind is one broker of the matrix.
@@ -72,6 +75,31 @@ func Scope(t testing.TB, kind string) string {
 // closed when the test ends.
 func New(t testing.TB, kind, scope string) broker.PubSub {
 	t.Helper()
+	return newBroker(t, kind, scope, nil)
+}
+
+// NewRouted is New for a spec topology (exchanges, bindings, dead-letter
+// queues): it also returns the publisher that routes "<exchange>/<key>"
+// topics by top's bindings — natively on RabbitMQ (whose adapter declares top
+// on first use), by routing.Publisher elsewhere — as the service does.
+func NewRouted(t testing.TB, kind, scope string, top topology.Topology) (broker.PubSub, message.Publisher) {
+	t.Helper()
+	if kind == "rabbitmq" {
+		declared, err := rabbitmq.NewDeclared(top, nil)
+		require.NoError(t, err)
+		ps := newBroker(t, kind, scope, declared)
+		pub, err := routing.NewNative(ps, top)
+		require.NoError(t, err)
+		return ps, pub
+	}
+	ps := newBroker(t, kind, scope, nil)
+	pub, err := routing.New(ps, top)
+	require.NoError(t, err)
+	return ps, pub
+}
+
+func newBroker(t testing.TB, kind, scope string, rabbitTopology rabbitmq.Topology) broker.PubSub {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	logger := watermill.NopLogger{}
@@ -83,7 +111,7 @@ func New(t testing.TB, kind, scope string) broker.PubSub {
 	case "memory":
 		ps, err = memory.New(memory.Config{}, logger)
 	case "rabbitmq":
-		ps, err = rabbitmq.New(ctx, rabbitmq.Config{URL: testenv.RabbitMQURL(t)}, logger)
+		ps, err = rabbitmq.New(ctx, rabbitmq.Config{URL: testenv.RabbitMQURL(t), Topology: rabbitTopology}, logger)
 	case "sqs":
 		ps, err = sqs.New(ctx, sqs.Config{
 			Region:            testenv.SQSRegion,
