@@ -2,13 +2,7 @@ package rabbitmq_test
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"net/url"
-	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,57 +14,11 @@ import (
 	"github.com/eventpipe/eventpipe/app/internal/testenv"
 )
 
-// rabbitmqctl runs a rabbitmqctl command against the local node and fails the
-// test if it cannot. The tests administer the broker this way, so
-// EVENTPIPE_TEST_RABBITMQ_URL must point at the local node.
-func rabbitmqctl(t testing.TB, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "rabbitmqctl", append([]string{"--quiet"}, args...)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("rabbitmqctl %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
+// rabbitmqctl and newVhost are testenv's, named as this package's tests
+// always called them.
+func rabbitmqctl(t testing.TB, args ...string) string { return testenv.RabbitMQCtl(t, args...) }
 
-// newVhost gives the test a RabbitMQ virtual host of its own, deleted when the
-// test ends, and returns the AMQP URL into it. Queues, connections and
-// DropConnections stay inside it, so tests of other packages sharing the
-// broker are never touched.
-func newVhost(t testing.TB) (amqpURL, vhost string) {
-	t.Helper()
-	base, err := url.Parse(testenv.RabbitMQURL(t))
-	require.NoError(t, err)
-	user := base.User.Username()
-	if user == "" {
-		user = "guest"
-	}
-
-	vhost = "ept-" + strings.ToLower(watermill.NewShortUUID())
-	// One rabbitmqctl call for the vhost and the user's permissions: each
-	// call boots an Erlang VM, about a CPU-second.
-	defs, err := json.Marshal(map[string]any{
-		"vhosts": []map[string]string{{"name": vhost}},
-		"permissions": []map[string]string{{
-			"user": user, "vhost": vhost, "configure": ".*", "write": ".*", "read": ".*",
-		}},
-	})
-	require.NoError(t, err)
-	// rabbitmqctl runs as the rabbitmq user: it cannot read the test's
-	// private temporary directory, nor (3.10) definitions on stdin.
-	file, err := os.CreateTemp("", "eventpipe-vhost-*.json")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = os.Remove(file.Name()) })
-	_, err = file.Write(defs)
-	require.NoError(t, errors.Join(err, file.Chmod(0o644), file.Close()))
-	t.Cleanup(func() { rabbitmqctl(t, "delete_vhost", vhost) })
-	rabbitmqctl(t, "import_definitions", file.Name())
-
-	base.Path = "/" + vhost
-	base.RawPath = ""
-	return base.String(), vhost
-}
+func newVhost(t testing.TB) (amqpURL, vhost string) { return testenv.RabbitMQVhost(t) }
 
 // dropConnections makes RabbitMQ close every client connection in vhost, as
 // a network failure or broker-side kill would; the broker stays up.

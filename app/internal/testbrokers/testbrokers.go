@@ -47,10 +47,17 @@ var Kinds = []Kind{
 }
 
 // Scope returns a name for the state a test shares between its broker
-// instances (and child processes): the Postgres broker's schema, dropped when
-// the test ends.
+// instances (and child processes), isolated from every other test: the
+// Postgres broker's schema, or a RabbitMQ virtual host (its AMQP URL), both
+// removed when the test ends. On the embedded broker every instance is its own
+// world. The SQS emulator has no namespaces: tests that use fixed queue names
+// there must not run in parallel with each other.
 func Scope(t testing.TB, kind string) string {
 	t.Helper()
+	if kind == "rabbitmq" {
+		amqpURL, _ := testenv.RabbitMQVhost(t)
+		return amqpURL
+	}
 	scope := "ep_t_" + strings.ToLower(watermill.NewShortUUID())
 	if kind == "postgres" {
 		dsn := testenv.PostgresDSN(t)
@@ -111,7 +118,11 @@ func newBroker(t testing.TB, kind, scope string, rabbitTopology rabbitmq.Topolog
 	case "memory":
 		ps, err = memory.New(memory.Config{}, logger)
 	case "rabbitmq":
-		ps, err = rabbitmq.New(ctx, rabbitmq.Config{URL: testenv.RabbitMQURL(t), Topology: rabbitTopology}, logger)
+		amqpURL := scope
+		if !strings.HasPrefix(scope, "amqp") {
+			amqpURL = testenv.RabbitMQURL(t)
+		}
+		ps, err = rabbitmq.New(ctx, rabbitmq.Config{URL: amqpURL, Topology: rabbitTopology}, logger)
 	case "sqs":
 		ps, err = sqs.New(ctx, sqs.Config{
 			Region:            testenv.SQSRegion,
