@@ -90,6 +90,7 @@ func newAdapter(ctx context.Context, cfg config.Config, logger watermill.LoggerA
 			MaxConns:             cfg.Postgres.MaxConns,
 			PollInterval:         cfg.Postgres.PollInterval,
 			AutoInitializeSchema: cfg.Postgres.CreateTables,
+			Schema:               cfg.Postgres.Schema,
 		}, logger)
 	default:
 		return nil, backoff.Permanent(fmt.Errorf("unknown broker kind %q (allowed: %s, %s, %s, %s)",

@@ -22,11 +22,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/inbox"
+	"github.com/eventpipe/eventpipe/app/outbox"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/telemetry"
 	"github.com/eventpipe/eventpipe/config"
 	"github.com/eventpipe/eventpipe/handlers/demo"
 	"github.com/eventpipe/eventpipe/middleware"
+	"github.com/eventpipe/eventpipe/migrations"
 )
 
 // Service is eventpipe assembled from configuration. Build it with New, run it
@@ -71,13 +74,23 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Service,
 	s.broker = ps
 	s.publisher = middleware.TracingPublisher(ps, tp)
 
-	if cfg.Postgres.DSN != "" && cfg.Broker.Kind != config.KindPostgres {
+	if cfg.Postgres.DSN != "" {
 		pool, err := pgxpool.New(ctx, cfg.Postgres.DSN)
 		if err != nil {
-			_ = ps.Close()
+			s.closeResources()
 			return nil, fmt.Errorf("postgres: %w", err)
 		}
 		s.db = pool
+		if cfg.Postgres.Migrate {
+			applied, err := migrations.Up(ctx, pool, cfg.Postgres.Schema)
+			if err != nil {
+				s.closeResources()
+				return nil, fmt.Errorf("postgres: migrate schema %s: %w", cfg.Postgres.Schema, err)
+			}
+			for _, m := range applied {
+				logger.Info("migration applied", slog.String("schema", cfg.Postgres.Schema), slog.Int64("version", m.Version), slog.String("name", m.Name))
+			}
+		}
 	}
 
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: cfg.Serve.ShutdownTimeout}, watermillLogger(logger))
@@ -193,6 +206,14 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.cfg.Demo.Enabled {
 		wg.Go(func() { demo.Produce(ctx, s.publisher, s.cfg.Demo.Interval, s.logger) })
 	}
+	// The database workers stop before the broker closes, so the relay's last
+	// batch is published or left for the next relay, never cut mid-way.
+	var workers sync.WaitGroup
+	workersCtx, stopWorkers := context.WithCancel(ctx)
+	defer stopWorkers()
+	if s.db != nil && s.cfg.Outbox.Relay {
+		workers.Go(func() { s.runDatabaseWorkers(workersCtx) })
+	}
 
 	var runErr error
 	select {
@@ -214,12 +235,45 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}
 
+	stopWorkers()
+	workers.Wait()
 	s.shutdownAdmin(adminSrv)
 	s.closeResources()
 	if runErr == nil {
 		s.logger.Info("eventpipe stopped cleanly")
 	}
 	return runErr
+}
+
+// runDatabaseWorkers runs RunOutbox until ctx ends.
+func (s *Service) runDatabaseWorkers(ctx context.Context) {
+	if err := RunOutbox(ctx, s.cfg, s.db, s.publisher, s.registry, s.logger); err != nil {
+		s.logger.Error("outbox relay stopped", slog.Any("error", err))
+	}
+}
+
+// RunOutbox runs, until ctx ends, what the database needs in the background:
+// the outbox relay publishing to pub (outbox.* settings), the retention of
+// published rows, and the cleanup of inbox markers older than inbox.ttl. serve
+// runs it when outbox.relay is on; `eventpipe relay` runs it alone. reg may be
+// nil.
+func RunOutbox(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, pub message.Publisher, reg prometheus.Registerer, logger *slog.Logger) error {
+	store, err := inbox.NewPostgres(pool, cfg.Postgres.Schema)
+	if err != nil {
+		return err
+	}
+	return outbox.RunWorkers(ctx, pool, pub, outbox.WorkersConfig{
+		Relay: outbox.RelayConfig{
+			Schema:       cfg.Postgres.Schema,
+			BatchSize:    cfg.Outbox.BatchSize,
+			PollInterval: cfg.Outbox.PollInterval,
+			MaxAttempts:  cfg.Outbox.MaxAttempts,
+			Registerer:   reg,
+		},
+		Retention: cfg.Outbox.Retention,
+		Inbox:     store,
+		InboxTTL:  cfg.Inbox.TTL,
+	}, logger)
 }
 
 func (s *Service) shutdownAdmin(srv *http.Server) {

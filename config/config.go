@@ -95,6 +95,35 @@ type Config struct {
 	Demo Demo `yaml:"demo" envPrefix:"DEMO_"`
 	// Telemetry configures OpenTelemetry tracing. Off by default.
 	Telemetry Telemetry `yaml:"telemetry" envPrefix:"TELEMETRY_"`
+	// Outbox configures the transactional outbox's relay.
+	Outbox Outbox `yaml:"outbox" envPrefix:"OUTBOX_"`
+	// Inbox configures the processed-messages table.
+	Inbox Inbox `yaml:"inbox" envPrefix:"INBOX_"`
+}
+
+// Outbox configures the relay that publishes the transactional outbox
+// (postgres.dsn required) to the broker.
+type Outbox struct {
+	// Relay runs the relay inside serve when postgres.dsn is set. Any number
+	// of relays may run at once (serve instances, `eventpipe relay`).
+	Relay bool `yaml:"relay" env:"RELAY" doc:"Run the outbox relay inside serve when postgres.dsn is set."`
+	// BatchSize is how many rows one claim takes (1..1000). Default 50.
+	BatchSize int `yaml:"batch_size" env:"BATCH_SIZE" doc:"Outbox rows one relay claim takes and publishes (1..1000)."`
+	// PollInterval is how often the relay looks for rows without a
+	// notification; a retry after backoff starts at most this late.
+	PollInterval time.Duration `yaml:"poll_interval" env:"POLL_INTERVAL" doc:"How often the relay polls without a NOTIFY (more than 0s)."`
+	// MaxAttempts is how many failed publishes park a row for an operator.
+	MaxAttempts int `yaml:"max_attempts" env:"MAX_ATTEMPTS" doc:"Failed publishes after which a row is parked (at least 1)."`
+	// Retention is how long published rows are kept.
+	Retention time.Duration `yaml:"retention" env:"RETENTION" doc:"How long published outbox rows are kept (more than 0s)."`
+}
+
+// Inbox configures the processed-messages table that makes effects happen
+// once.
+type Inbox struct {
+	// TTL is how long a processed message's marker is kept: a duplicate
+	// arriving later has its effect again. Default 24h (StackUp §6).
+	TTL time.Duration `yaml:"ttl" env:"TTL" doc:"How long processed-message markers are kept; duplicates older than this are not recognised (more than 0s)."`
 }
 
 // Broker selects the message broker.
@@ -173,6 +202,13 @@ type Postgres struct {
 	// CreateTables creates the schema and a queue's table on first publish or
 	// subscribe. Default true (until `eventpipe migrate` provisions them).
 	CreateTables bool `yaml:"create_tables" env:"CREATE_TABLES" doc:"Create missing queue tables on publish and subscribe."`
+	// Schema is the PostgreSQL schema of eventpipe's own tables: the
+	// migrations' (inbox, outbox, spec stores) and the Postgres broker's
+	// queue tables. Default eventpipe.
+	Schema string `yaml:"schema" env:"SCHEMA" doc:"Schema of eventpipe's tables (migrations, inbox, outbox, the postgres broker's queues)."`
+	// Migrate applies the embedded migrations when serve starts (as
+	// `eventpipe migrate up` does). Default true.
+	Migrate bool `yaml:"migrate" env:"MIGRATE" doc:"Apply the embedded migrations when serve starts (as eventpipe migrate up)."`
 }
 
 // Admin configures the admin HTTP server, which serves /healthz, /readyz and
@@ -262,11 +298,21 @@ func Defaults() Config {
 			MaxConns:     16,
 			PollInterval: 250 * time.Millisecond,
 			CreateTables: true,
+			Schema:       "eventpipe",
+			Migrate:      true,
 		},
-		Admin: Admin{Addr: "127.0.0.1:9090"},
-		Log:   Log{Level: LevelInfo, Format: FormatText},
-		Serve: Serve{ShutdownTimeout: 30 * time.Second, ConnectTimeout: 0},
-		Demo:  Demo{Enabled: false, Interval: time.Second},
+		Admin:     Admin{Addr: "127.0.0.1:9090"},
+		Log:       Log{Level: LevelInfo, Format: FormatText},
+		Serve:     Serve{ShutdownTimeout: 30 * time.Second, ConnectTimeout: 0},
+		Demo:      Demo{Enabled: false, Interval: time.Second},
 		Telemetry: Telemetry{Exporter: ExporterNone, ServiceName: "eventpipe", SampleRatio: 1},
+		Outbox: Outbox{
+			Relay:        true,
+			BatchSize:    50,
+			PollInterval: 10 * time.Second,
+			MaxAttempts:  10,
+			Retention:    7 * 24 * time.Hour,
+		},
+		Inbox: Inbox{TTL: 24 * time.Hour},
 	}
 }

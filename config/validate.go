@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -125,6 +126,14 @@ func (c Config) Validate() error {
 	}
 	atLeast(&ps, "postgres.max_conns", c.Postgres.MaxConns, 1)
 	positive(&ps, "postgres.poll_interval", c.Postgres.PollInterval)
+	if !schemaName.MatchString(c.Postgres.Schema) {
+		ps.add("postgres.schema", "%q is not a plain schema name: a lowercase letter or _, then lowercase letters, digits or _, at most 56 bytes", c.Postgres.Schema)
+	}
+	inRange(&ps, "outbox.batch_size", c.Outbox.BatchSize, 1, 1000)
+	positive(&ps, "outbox.poll_interval", c.Outbox.PollInterval)
+	atLeast(&ps, "outbox.max_attempts", c.Outbox.MaxAttempts, 1)
+	positive(&ps, "outbox.retention", c.Outbox.Retention)
+	positive(&ps, "inbox.ttl", c.Inbox.TTL)
 
 	if c.Admin.Addr != "" {
 		checkAddr(&ps, "admin.addr", c.Admin.Addr)
@@ -152,6 +161,9 @@ func (c Config) Validate() error {
 	}
 	return ps.err()
 }
+
+// schemaName is what migrations.ValidateSchema accepts.
+var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,55}$`)
 
 func inRange(ps *problems, path string, v, lo, hi int) {
 	if v < lo || v > hi {

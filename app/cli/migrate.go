@@ -27,7 +27,7 @@ func (e *env) migrateCmd() *cobra.Command {
 and the specs' stores) with the SQL migrations embedded in this binary. It
 connects with postgres.dsn (EVENTPIPE_POSTGRES_DSN), which is required.
 
-Every table lives in one schema (--schema, default "eventpipe"), goose's
+Every table lives in one schema (--schema, default postgres.schema: "eventpipe"), goose's
 version table too; "up" creates the schema when it is missing. Several
 instances may run "up" at once: they take turns on an advisory lock.`,
 		Example: `  EVENTPIPE_POSTGRES_DSN=postgres://postgres@127.0.0.1:5432/app eventpipe migrate up
@@ -43,14 +43,14 @@ instances may run "up" at once: they take turns on an advisory lock.`,
 			return usageError{errors.New("migrate: a subcommand is required: up, down or status")}
 		},
 	}
-	cmd.PersistentFlags().StringVar(&schema, "schema", migrations.DefaultSchema, "schema holding eventpipe's tables")
+	cmd.PersistentFlags().StringVar(&schema, "schema", "", "schema holding eventpipe's tables (default: postgres.schema, eventpipe)")
 
 	up := &cobra.Command{
 		Use:   "up",
 		Short: "Apply every pending migration",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return e.withDB(cmd.Context(), schema, func(ctx context.Context, pool *pgxpool.Pool) error {
+			return e.withDB(cmd.Context(), &schema, func(ctx context.Context, pool *pgxpool.Pool) error {
 				res, err := migrations.Up(ctx, pool, schema)
 				printResults(cmd.OutOrStdout(), res)
 				if err != nil {
@@ -69,7 +69,7 @@ instances may run "up" at once: they take turns on an advisory lock.`,
 			if to < -1 {
 				return usageError{fmt.Errorf("--to %d: want a version, 0 for all", to)}
 			}
-			return e.withDB(cmd.Context(), schema, func(ctx context.Context, pool *pgxpool.Pool) error {
+			return e.withDB(cmd.Context(), &schema, func(ctx context.Context, pool *pgxpool.Pool) error {
 				var res []migrations.Result
 				var err error
 				if to >= 0 {
@@ -91,7 +91,7 @@ instances may run "up" at once: they take turns on an advisory lock.`,
 		Short: "List every migration and whether it is applied",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return e.withDB(cmd.Context(), schema, func(ctx context.Context, pool *pgxpool.Pool) error {
+			return e.withDB(cmd.Context(), &schema, func(ctx context.Context, pool *pgxpool.Pool) error {
 				st, err := migrations.StatusOf(ctx, pool, schema)
 				if err != nil {
 					return err
@@ -116,12 +116,15 @@ instances may run "up" at once: they take turns on an advisory lock.`,
 // withDB loads the configuration, checks the schema name and connects to
 // postgres.dsn; a missing DSN or a bad schema is a usage error (exit 2), an
 // unreachable database a failure (exit 1).
-func (e *env) withDB(ctx context.Context, schema string, f func(ctx context.Context, pool *pgxpool.Pool) error) error {
+func (e *env) withDB(ctx context.Context, schema *string, f func(ctx context.Context, pool *pgxpool.Pool) error) error {
 	cfg, err := e.load()
 	if err != nil {
 		return err
 	}
-	if err := migrations.ValidateSchema(schema); err != nil {
+	if *schema == "" {
+		*schema = cfg.Postgres.Schema
+	}
+	if err := migrations.ValidateSchema(*schema); err != nil {
 		return usageError{fmt.Errorf("--schema: %w", err)}
 	}
 	if cfg.Postgres.DSN == "" {

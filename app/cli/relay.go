@@ -7,8 +7,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/eventpipe/eventpipe/app"
-	"github.com/eventpipe/eventpipe/app/outbox"
-	"github.com/eventpipe/eventpipe/migrations"
 )
 
 func (e *env) relayCmd() *cobra.Command {
@@ -28,7 +26,7 @@ It wakes on the outbox's NOTIFY channel ("<schema>_outbox") and polls every
 		Example: `  EVENTPIPE_BROKER=sqs EVENTPIPE_POSTGRES_DSN=postgres://… eventpipe relay`,
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return e.withDB(cmd.Context(), schema, func(ctx context.Context, pool *pgxpool.Pool) error {
+			return e.withDB(cmd.Context(), &schema, func(ctx context.Context, pool *pgxpool.Pool) error {
 				cfg, err := e.load()
 				if err != nil {
 					return err
@@ -43,13 +41,14 @@ It wakes on the outbox's NOTIFY channel ("<schema>_outbox") and polls every
 					return err
 				}
 				defer func() { _ = ps.Close() }()
+				cfg.Postgres.Schema = schema
 				logger.Info("outbox relay started", "schema", schema, "broker", cfg.Broker.Kind)
-				err = outbox.RunWorkers(ctx, pool, ps, outbox.WorkersConfig{Relay: outbox.RelayConfig{Schema: schema}}, logger)
+				err = app.RunOutbox(ctx, cfg, pool, ps, nil, logger)
 				logger.Info("outbox relay stopped")
 				return err
 			})
 		},
 	}
-	cmd.Flags().StringVar(&schema, "schema", migrations.DefaultSchema, "schema holding the outbox table")
+	cmd.Flags().StringVar(&schema, "schema", "", "schema holding the outbox table (default: postgres.schema, eventpipe)")
 	return cmd
 }
