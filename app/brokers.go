@@ -68,7 +68,18 @@ func newAdapter(ctx context.Context, cfg config.Config, logger watermill.LoggerA
 	case config.KindMemory:
 		return memory.New(memory.Config{OutputBuffer: int64(cfg.Memory.OutputBuffer)}, logger)
 	case config.KindRabbitMQ:
+		top, err := SpecTopology(cfg)
+		if err != nil {
+			return nil, backoff.Permanent(err)
+		}
+		var declared rabbitmq.Topology
+		if len(top.AllQueues()) > 0 {
+			if declared, err = rabbitmq.NewDeclared(top, nil); err != nil {
+				return nil, backoff.Permanent(err)
+			}
+		}
 		return rabbitmq.New(ctx, rabbitmq.Config{
+			Topology:        declared,
 			URL:             cfg.RabbitMQ.URL,
 			Prefetch:        cfg.RabbitMQ.Prefetch,
 			ChannelPoolSize: cfg.RabbitMQ.ChannelPoolSize,

@@ -66,13 +66,23 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Service,
 	}
 	s.tracerShutdown = tracerShutdown
 
+	top, err := SpecTopology(cfg)
+	if err != nil {
+		_ = tracerShutdown(ctx)
+		return nil, err
+	}
 	ps, err := NewBroker(ctx, cfg, logger)
 	if err != nil {
 		_ = tracerShutdown(ctx)
 		return nil, err
 	}
 	s.broker = ps
-	s.publisher = middleware.TracingPublisher(ps, tp)
+	routed, err := NewPublisher(cfg, ps, top)
+	if err != nil {
+		s.closeResources()
+		return nil, err
+	}
+	s.publisher = middleware.TracingPublisher(routed, tp)
 
 	if cfg.Postgres.DSN != "" {
 		pool, err := pgxpool.New(ctx, cfg.Postgres.DSN)
@@ -105,7 +115,11 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Service,
 		NackDelay: NacksWithDelay(ps),
 		Tracer:    tp,
 	}
-	s.routes = Routes(cfg, s.publisher, logger)
+	s.routes, err = buildRoutes(specDeps{cfg: cfg, publisher: s.publisher, logger: logger}, top)
+	if err != nil {
+		s.closeResources()
+		return nil, err
+	}
 	for _, r := range s.routes {
 		if err := AddRoute(router, ps, deps, r); err != nil {
 			s.closeResources()
@@ -141,21 +155,6 @@ func AddRoute(router *message.Router, sub message.Subscriber, deps middleware.De
 func NacksWithDelay(ps broker.PubSub) bool {
 	nd, ok := ps.(broker.NackDelayer)
 	return ok && nd.NacksWithDelay()
-}
-
-// Routes returns the routes enabled by cfg, publishing through pub.
-func Routes(cfg config.Config, pub message.Publisher, logger *slog.Logger) route.Set {
-	var set route.Set
-	if cfg.Demo.Enabled {
-		set = append(set, demo.Handlers{Publisher: pub, Logger: logger}.Routes()...)
-	}
-	return set
-}
-
-// Catalog returns every route this binary knows, enabled or not. `eventpipe
-// publish` validates bodies against it; its handlers must not be run.
-func Catalog() route.Set {
-	return demo.Handlers{}.Routes()
 }
 
 // Publisher is the service's broker, for producers running beside the router.

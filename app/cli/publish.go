@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/eventpipe/eventpipe/app"
+	"github.com/eventpipe/eventpipe/app/topology"
 	"github.com/eventpipe/eventpipe/middleware"
 )
 
@@ -46,15 +47,6 @@ that route would reject is refused and nothing is sent. --raw skips the check
 			if err != nil {
 				return usageError{err}
 			}
-			if !raw {
-				r, err := app.Catalog().ByQueue(topic)
-				if err != nil {
-					return usageError{fmt.Errorf("%w; use --raw to publish anyway", err)}
-				}
-				if err := r.Validate(payload); err != nil {
-					return usageError{fmt.Errorf("body refused by route %s, nothing sent: %w", r.Name, err)}
-				}
-			}
 			if id == "" {
 				id = watermill.NewUUID()
 			}
@@ -74,6 +66,15 @@ that route would reject is refused and nothing is sent. --raw skips the check
 			if err != nil {
 				return err
 			}
+			top, err := app.SpecTopology(cfg)
+			if err != nil {
+				return err
+			}
+			if !raw {
+				if err := validateBody(top, topic, payload); err != nil {
+					return err
+				}
+			}
 			if cfg.Serve.ConnectTimeout == 0 {
 				cfg.Serve.ConnectTimeout = publishConnectTimeout
 			}
@@ -82,7 +83,11 @@ that route would reject is refused and nothing is sent. --raw skips the check
 				return err
 			}
 			defer func() { _ = ps.Close() }()
-			if err := ps.Publish(topic, msg); err != nil {
+			pub, err := app.NewPublisher(cfg, ps, top)
+			if err != nil {
+				return err
+			}
+			if err := pub.Publish(topic, msg); err != nil {
 				return fmt.Errorf("publish to %s: %w", topic, err)
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "published %s to %s on %s (trace %s)\n",
@@ -91,7 +96,7 @@ that route would reject is refused and nothing is sent. --raw skips the check
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&topic, "topic", "t", "", "queue to publish to (required)")
+	f.StringVarP(&topic, "topic", "t", "", `queue, or "<exchange>/<routing-key>" of an enabled spec, to publish to (required)`)
 	f.StringVarP(&body, "body", "b", "", "message body")
 	f.StringVarP(&file, "file", "f", "", "read the body from a file (- for standard input)")
 	f.StringArrayVarP(&metadata, "metadata", "m", nil, "metadata key=value (repeatable)")
@@ -113,4 +118,29 @@ func (e *env) readBody(body, file string) ([]byte, error) {
 	default:
 		return nil, errors.New("a body is required: --body JSON or --file PATH")
 	}
+}
+
+// validateBody checks payload the way the consumers of topic will: the route
+// of the queue, or of every queue an "<exchange>/<routing-key>" topic reaches
+// by top's bindings. Nothing is sent when one refuses it.
+func validateBody(top topology.Topology, topic string, payload []byte) error {
+	queues := []string{topic}
+	if exchange, key, routed := strings.Cut(topic, "/"); routed && exchange != "" {
+		queues = top.Route(exchange, key)
+		if len(queues) == 0 {
+			return usageError{fmt.Errorf("no queue of the enabled specs is bound to exchange %q for routing key %q (is the spec enabled?); nothing sent", exchange, key)}
+		}
+	} else if routed {
+		queues = []string{key}
+	}
+	for _, q := range queues {
+		r, err := app.Catalog().ByQueue(q)
+		if err != nil {
+			return usageError{fmt.Errorf("%w; use --raw to publish anyway", err)}
+		}
+		if err := r.Validate(payload); err != nil {
+			return usageError{fmt.Errorf("body refused by route %s, nothing sent: %w", r.Name, err)}
+		}
+	}
+	return nil
 }

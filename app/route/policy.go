@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/eventpipe/eventpipe/app/topology"
 )
 
 // Redelivery says where a failed attempt is tried again.
@@ -124,4 +126,52 @@ func (p Policy) Validate() error {
 		errs = append(errs, fmt.Errorf("backoff: jitter must be within 0..1, got %g", b.Jitter))
 	}
 	return errors.Join(errs...)
+}
+
+// ForQueue returns p adjusted to the queue q the route consumes, as its
+// topology declares it (config/topology/*.yaml):
+//
+//   - the keys set in q's policy block override p's (an operator's tuning);
+//   - DeadLetterQueue becomes q's dead-letter queue when p names none;
+//   - with broker redelivery, a max_receives on q below MaxAttempts is an
+//     error: the broker would dead-letter first, without the reason.
+func (p Policy) ForQueue(q topology.Queue) (Policy, error) {
+	if o := q.Policy; o != nil {
+		if o.MaxAttempts > 0 {
+			p.MaxAttempts = o.MaxAttempts
+		}
+		if o.Redelivery != "" {
+			p.Redelivery = Redelivery(o.Redelivery)
+		}
+		if o.OnPermanent != "" {
+			p.OnPermanent = OnPermanent(o.OnPermanent)
+		}
+		if b := o.Backoff; b != nil {
+			if b.Initial > 0 {
+				p.Backoff.Initial = b.Initial
+			}
+			if b.Multiplier > 0 {
+				p.Backoff.Multiplier = b.Multiplier
+			}
+			if b.Max > 0 {
+				p.Backoff.Max = b.Max
+			}
+			if b.Jitter > 0 {
+				p.Backoff.Jitter = b.Jitter
+			}
+		}
+	}
+	if d := q.DeadLetter; d != nil {
+		switch p.DeadLetterQueue {
+		case "":
+			p.DeadLetterQueue = d.Queue
+		case d.Queue:
+		default:
+			return p, fmt.Errorf("queue %s: the route dead-letters to %s but the topology declares %s", q.Name, p.DeadLetterQueue, d.Queue)
+		}
+	}
+	if p.Redelivery == Broker && q.MaxReceives > 0 && p.MaxAttempts > q.MaxReceives {
+		return p, fmt.Errorf("queue %s: max attempts %d with broker redelivery exceeds max_receives %d: the broker would dead-letter first, without the reason", q.Name, p.MaxAttempts, q.MaxReceives)
+	}
+	return p, p.Validate()
 }

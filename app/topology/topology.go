@@ -85,6 +85,44 @@ type Queue struct {
 	MaxReceives int `yaml:"max_receives,omitempty"`
 	// DeadLetter, when set, declares the queue's dead-letter queue.
 	DeadLetter *DeadLetter `yaml:"dead_letter,omitempty"`
+	// Policy, when set, overrides what eventpipe's consumers of the queue do
+	// on failure (the route's policy, route.Policy); unset keys keep the
+	// route's own values, which follow its spec.
+	Policy *Policy `yaml:"policy,omitempty"`
+}
+
+// Redelivery modes and permanent-failure outcomes a Policy accepts (see
+// route.Policy for their meaning).
+const (
+	InProcess    = "in-process"
+	Broker       = "broker"
+	Drop         = "drop"
+	DeadLetterIt = "dead-letter"
+	FailUntilMax = "fail-until-max"
+)
+
+// Policy is a queue's consumer failure policy as configured; every field is
+// optional.
+type Policy struct {
+	// MaxAttempts is how many attempts in all before dead-lettering. With
+	// broker redelivery it must not exceed max_receives, or the broker would
+	// dead-letter first, without a reason.
+	MaxAttempts int `yaml:"max_attempts,omitempty"`
+	// Redelivery is in-process or broker.
+	Redelivery string `yaml:"redelivery,omitempty"`
+	// OnPermanent is drop, dead-letter or fail-until-max.
+	OnPermanent string `yaml:"on_permanent,omitempty"`
+	// Backoff is the wait between attempts.
+	Backoff *Backoff `yaml:"backoff,omitempty"`
+}
+
+// Backoff is the wait between attempts: initial, then multiplier times longer
+// each time up to max, spread by ±jitter (a fraction).
+type Backoff struct {
+	Initial    time.Duration `yaml:"initial,omitempty"`
+	Multiplier float64       `yaml:"multiplier,omitempty"`
+	Max        time.Duration `yaml:"max,omitempty"`
+	Jitter     float64       `yaml:"jitter,omitempty"`
 }
 
 // DeadLetter is where a queue's failed messages go.
@@ -305,6 +343,9 @@ func (t Topology) Validate() error {
 		if q.MaxReceives > 0 && q.DeadLetter == nil {
 			add(p+".max_receives", "set without a dead_letter queue: where would the message go?")
 		}
+		if pol := q.Policy; pol != nil {
+			validatePolicy(add, p+".policy", q, *pol)
+		}
 		if d := q.DeadLetter; d != nil {
 			validateQueueName(add, p+".dead_letter.queue", d.Queue, q.FIFO)
 			if d.Queue == q.Name {
@@ -338,6 +379,36 @@ func (t Topology) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func validatePolicy(add func(string, string, ...any), path string, q Queue, pol Policy) {
+	if pol.MaxAttempts < 0 || pol.MaxAttempts > 1000 {
+		add(path+".max_attempts", "%d is out of range 0..1000", pol.MaxAttempts)
+	}
+	switch pol.Redelivery {
+	case "", InProcess, Broker:
+	default:
+		add(path+".redelivery", "%q is not one of in-process, broker", pol.Redelivery)
+	}
+	switch pol.OnPermanent {
+	case "", Drop, DeadLetterIt, FailUntilMax:
+	default:
+		add(path+".on_permanent", "%q is not one of drop, dead-letter, fail-until-max", pol.OnPermanent)
+	}
+	if pol.Redelivery == Broker && q.MaxReceives > 0 && pol.MaxAttempts > q.MaxReceives {
+		add(path+".max_attempts", "%d is more than max_receives (%d): the broker would dead-letter the message first, without its reason", pol.MaxAttempts, q.MaxReceives)
+	}
+	if b := pol.Backoff; b != nil {
+		if b.Initial < 0 || b.Max < 0 || (b.Max > 0 && b.Max < b.Initial) {
+			add(path+".backoff", "want 0 <= initial (%s) <= max (%s)", b.Initial, b.Max)
+		}
+		if b.Multiplier != 0 && b.Multiplier < 1 {
+			add(path+".backoff.multiplier", "%g: must be at least 1", b.Multiplier)
+		}
+		if b.Jitter < 0 || b.Jitter > 1 {
+			add(path+".backoff.jitter", "%g is out of range 0..1", b.Jitter)
+		}
+	}
 }
 
 func validateQueueName(add func(string, string, ...any), path, name string, fifo bool) {

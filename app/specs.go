@@ -1,0 +1,124 @@
+package app
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/broker/routing"
+	"github.com/eventpipe/eventpipe/app/route"
+	"github.com/eventpipe/eventpipe/app/topology"
+	"github.com/eventpipe/eventpipe/config"
+	"github.com/eventpipe/eventpipe/handlers/demo"
+)
+
+// spec is one of the specs eventpipe runs: whether the configuration enables
+// it, the topology it consumes and publishes on (config/topology/<name>.yaml,
+// "" for none), and its routes.
+type spec struct {
+	name    string
+	enabled func(config.Config) bool
+	// topology names the shipped topology file; "" for none.
+	topology string
+	routes   func(d specDeps) (route.Set, error)
+	// catalog returns the routes for validation only (`eventpipe publish`):
+	// their handlers are never run.
+	catalog func() route.Set
+}
+
+// specDeps is what a spec's handlers are built from.
+type specDeps struct {
+	cfg       config.Config
+	publisher message.Publisher
+	logger    *slog.Logger
+}
+
+// specs lists every spec this binary knows, in the order their routes are
+// added. A new spec adds itself here (see ARCHITECTURE.md).
+func specs() []spec {
+	return []spec{
+		{
+			name:    "demo",
+			enabled: func(c config.Config) bool { return c.Demo.Enabled },
+			routes: func(d specDeps) (route.Set, error) {
+				return demo.Handlers{Publisher: d.publisher, Logger: d.logger}.Routes(), nil
+			},
+			catalog: func() route.Set { return demo.Handlers{}.Routes() },
+		},
+	}
+}
+
+// SpecTopology merges the topologies of the specs cfg enables. It has no
+// queues when none of them declares a topology.
+func SpecTopology(cfg config.Config) (topology.Topology, error) {
+	var tops []topology.Topology
+	for _, s := range specs() {
+		if s.topology == "" || !s.enabled(cfg) {
+			continue
+		}
+		data, err := config.TopologyFile(s.topology)
+		if err != nil {
+			return topology.Topology{}, err
+		}
+		t, err := topology.Parse(data)
+		if err != nil {
+			return topology.Topology{}, fmt.Errorf("spec %s: %w", s.name, err)
+		}
+		tops = append(tops, t)
+	}
+	if len(tops) == 0 {
+		return topology.Topology{Name: "none"}, nil
+	}
+	return topology.Merge("eventpipe", tops...)
+}
+
+// NewPublisher returns the publisher handlers and producers use on ps: topics
+// "<exchange>/<routing-key>" are routed by top's bindings (natively on
+// RabbitMQ), queue names go straight to the queue.
+func NewPublisher(cfg config.Config, ps broker.PubSub, top topology.Topology) (message.Publisher, error) {
+	if len(top.Exchanges) == 0 {
+		return ps, nil
+	}
+	if cfg.Broker.Kind == config.KindRabbitMQ {
+		return routing.NewNative(ps, top)
+	}
+	return routing.New(ps, top)
+}
+
+// buildRoutes returns the routes of the specs cfg enables, each with its
+// policy adjusted to its queue's declaration in top.
+func buildRoutes(d specDeps, top topology.Topology) (route.Set, error) {
+	var set route.Set
+	for _, s := range specs() {
+		if !s.enabled(d.cfg) {
+			continue
+		}
+		rs, err := s.routes(d)
+		if err != nil {
+			return nil, fmt.Errorf("spec %s: %w", s.name, err)
+		}
+		for _, r := range rs {
+			if q, ok := top.Queue(r.Queue); ok {
+				p, err := r.EffectivePolicy().ForQueue(q)
+				if err != nil {
+					return nil, fmt.Errorf("spec %s: route %s: %w", s.name, r.Name, err)
+				}
+				r.Policy = p
+			}
+			set = append(set, r)
+		}
+	}
+	return set, nil
+}
+
+// Catalog returns every route this binary knows, enabled or not. `eventpipe
+// publish` validates bodies against it; its handlers must not be run.
+func Catalog() route.Set {
+	var set route.Set
+	for _, s := range specs() {
+		set = append(set, s.catalog()...)
+	}
+	return set
+}
