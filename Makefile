@@ -47,6 +47,16 @@ lint: $(GOLANGCI) ## go vet + golangci-lint v2
 fmt: ## gofmt the tree
 	gofmt -w $$(git ls-files '*.go')
 
+# One process, one run: every pair side by side (alternating repetitions,
+# queues purged between them), one table of medians and ratios. BENCH_QUICK=1
+# for the quick pass (under 3 minutes); `make bench-quick` is the same.
+.PHONY: bench bench-quick
+bench: services ## benchmarks side by side with the raw clients, one table (BENCH_QUICK=1: quick pass)
+	EVENTPIPE_BENCH=1 $(GO) test -run '^TestBenchTable$$' -v -count=1 -timeout 30m ./app/bench
+
+bench-quick: ## the quick pass of `make bench`
+	BENCH_QUICK=1 $(MAKE) bench
+
 definitions: ## regenerate compose/rabbitmq/definitions.json from config/topology/*.yaml
 	$(GO) run ./app/cmd/eventpipe topology export $(addprefix -f ,$(sort $(wildcard config/topology/*.yaml))) > compose/rabbitmq/definitions.json
 
