@@ -64,6 +64,7 @@ EVENTPIPE_* environment variables; switch brokers with EVENTPIPE_BROKER.`,
 	root.AddCommand(e.serveCmd(), e.publishCmd(), e.topologyCmd(), versionCmd())
 	root.AddCommand(e.migrateCmd())
 	root.AddCommand(e.relayCmd())
+	root.AddCommand(e.dlqCmd())
 
 	err := root.ExecuteContext(ctx)
 	if err == nil {

@@ -1,0 +1,127 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/eventpipe/eventpipe/app/broker"
+)
+
+// DeadLetterView is what `eventpipe dlq peek` shows of one dead letter.
+type DeadLetterView struct {
+	ID   string `json:"id"`
+	Size int    `json:"size"`
+	// History is nil for a message the broker dead-lettered on its own (a
+	// redrive policy or delivery limit), which carries none.
+	History  *broker.DeadLetter `json:"history,omitempty"`
+	Metadata map[string]string  `json:"metadata"`
+}
+
+// PeekDeadLetters returns up to max messages of the dead-letter queue dlq
+// without removing them: each is nacked back after it is read. It stops at
+// max, when a message comes round a second time, or when none arrives for
+// idle.
+func PeekDeadLetters(ctx context.Context, sub message.Subscriber, dlq string, max int, idle time.Duration) ([]DeadLetterView, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	msgs, err := sub.Subscribe(ctx, dlq)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe %s: %w", dlq, err)
+	}
+	seen := map[string]bool{}
+	var views []DeadLetterView
+	for len(views) < max {
+		msg, err := next(ctx, msgs, idle)
+		if err != nil || msg == nil {
+			return views, err
+		}
+		msg.Nack()
+		if seen[msg.UUID] {
+			break
+		}
+		seen[msg.UUID] = true
+		view := DeadLetterView{ID: msg.UUID, Size: len(msg.Payload), Metadata: maps.Clone(map[string]string(msg.Metadata))}
+		if info, ok, err := broker.DeadLetterOf(msg); err == nil && ok {
+			view.History = &info
+			delete(view.Metadata, broker.DeadLetterKey)
+		}
+		views = append(views, view)
+	}
+	return views, nil
+}
+
+// Redriven is one dead letter sent back by RedriveDeadLetters.
+type Redriven struct {
+	ID string `json:"id"`
+	To string `json:"to"`
+}
+
+// RedriveDeadLetters moves up to max messages (0 = all) of the dead-letter
+// queue dlq back to a queue: to, or else the source queue each one's history
+// names. The copy keeps the message id (the consumer's inbox still knows it),
+// body and metadata, without the dead-letter history and attempt count; the
+// dead letter is acked only after the copy is published. It stops when none
+// arrives for idle, and at the first message it cannot place (no history and
+// no to), which it leaves in the queue.
+func RedriveDeadLetters(ctx context.Context, sub message.Subscriber, pub message.Publisher, dlq, to string, max int, idle time.Duration) ([]Redriven, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	msgs, err := sub.Subscribe(ctx, dlq)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe %s: %w", dlq, err)
+	}
+	var done []Redriven
+	for max == 0 || len(done) < max {
+		msg, err := next(ctx, msgs, idle)
+		if err != nil || msg == nil {
+			return done, err
+		}
+		target := to
+		if target == "" {
+			info, ok, err := broker.DeadLetterOf(msg)
+			if err != nil || !ok || info.SourceQueue == "" {
+				msg.Nack()
+				return done, fmt.Errorf("message %s has no dead-letter history naming its source queue: redrive it with --to", msg.UUID)
+			}
+			target = info.SourceQueue
+		}
+		again := message.NewMessage(msg.UUID, msg.Payload)
+		for k, v := range msg.Metadata {
+			switch k {
+			case broker.DeadLetterKey, broker.AttemptKey, broker.FirstFailureKey, broker.NackDelayKey:
+			default:
+				again.Metadata.Set(k, v)
+			}
+		}
+		again.SetContext(ctx)
+		if err := pub.Publish(target, again); err != nil {
+			msg.Nack()
+			return done, fmt.Errorf("redrive %s to %s: %w", msg.UUID, target, err)
+		}
+		msg.Ack()
+		done = append(done, Redriven{ID: msg.UUID, To: target})
+	}
+	return done, nil
+}
+
+// next waits up to idle for a message; nil when none came.
+func next(ctx context.Context, msgs <-chan *message.Message, idle time.Duration) (*message.Message, error) {
+	t := time.NewTimer(idle)
+	defer t.Stop()
+	select {
+	case msg, ok := <-msgs:
+		if !ok {
+			return nil, errors.New("subscription closed")
+		}
+		return msg, nil
+	case <-t.C:
+		return nil, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
