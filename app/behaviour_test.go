@@ -22,6 +22,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -498,4 +499,38 @@ func TestBehaviourCrashChild(t *testing.T) {
 		},
 	})
 	time.Sleep(10 * time.Minute)
+}
+
+// A foreign publisher's message over the 1 MiB limit (RabbitMQ accepts up to
+// 128 MiB) never reaches the handler: it is dead-lettered at once with the
+// reason, and the queue moves on.
+func TestOversizedForeignMessageIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := testbrokers.Kinds[1]
+	require.Equal(t, "rabbitmq", b.Name)
+	f := newFixture(t, b)
+	var handled atomic.Int64
+	startRoute(t, f.ps, f.route(testPolicy(route.InProcess, route.FailUntilMax, f.dlq), func(*message.Message) error {
+		handled.Add(1)
+		return nil
+	}))
+
+	conn, err := amqp.Dial(f.scope)
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	big := make([]byte, broker.MaxPayloadBytes+1)
+	require.NoError(t, ch.PublishWithContext(context.Background(), "", f.queue, false, false, amqp.Publishing{MessageId: "huge-1", Body: big}))
+	require.NoError(t, ch.PublishWithContext(context.Background(), "", f.queue, false, false, amqp.Publishing{MessageId: "small-1", Body: []byte(`{}`)}))
+
+	dl := brokertest.Next(t, f.dead, 3*b.Redelivery)
+	dl.Ack()
+	assert.Equal(t, "huge-1", dl.UUID)
+	assert.Len(t, dl.Payload, broker.MaxPayloadBytes+1, "the dead letter keeps what arrived")
+	info, ok, err := broker.DeadLetterOf(dl)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Contains(t, info.Reason, "exceeds")
+	require.Eventually(t, func() bool { return handled.Load() == 1 }, b.Redelivery, 50*time.Millisecond, "the message behind it is handled")
 }

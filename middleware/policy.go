@@ -46,7 +46,8 @@ func Attempt(ctx context.Context) int {
 //
 // A message delivered with MaxAttempts earlier attempts already (its
 // consumers crashed or timed out each time — a poison message) is
-// dead-lettered without running the handler again.
+// dead-lettered without running the handler again, and so is one whose body
+// exceeds broker.MaxPayloadBytes (from a foreign publisher: ours refuse them).
 type Policy struct {
 	Route route.Policy
 	// Publisher publishes dead letters to Route.DeadLetterQueue.
@@ -68,6 +69,12 @@ func (p Policy) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		earlier := earlierAttempts(msg)
 		firstFailure := parseTime(msg.Metadata.Get(broker.FirstFailureKey))
 
+		if n := len(msg.Payload); n > broker.MaxPayloadBytes {
+			// A foreign publisher's message over the one size limit: no
+			// handler is written for it, and retrying cannot shrink it.
+			err := failure.Permanentf("payload of %d bytes exceeds the %d-byte limit", n, broker.MaxPayloadBytes)
+			return nil, p.deadLetter(ctx, msg, earlier+1, failure.Permanent, err, firstFailure)
+		}
 		if earlier >= p.Route.MaxAttempts {
 			err := fmt.Errorf("delivered %d times without an outcome (its consumer crashed or timed out each time)", earlier)
 			return nil, p.deadLetter(ctx, msg, earlier, failure.Transient, err, firstFailure)

@@ -253,3 +253,25 @@ func TestBackoffWait(t *testing.T) {
 	}
 	assert.Equal(t, []time.Duration{time.Second, time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second}, got)
 }
+
+func TestPolicyDeadLettersOversizedPayloads(t *testing.T) {
+	t.Parallel()
+	pub := &recordingPublisher{}
+	called := false
+	pol := middleware.Policy{Route: policyFor(route.InProcess, route.FailUntilMax), Publisher: pub, Logger: slog.New(slog.DiscardHandler)}
+	msg := message.NewMessage("big", make([]byte, broker.MaxPayloadBytes+1))
+	_, err := pol.Middleware(func(*message.Message) ([]*message.Message, error) {
+		called = true
+		return nil, nil
+	})(msg)
+	require.NoError(t, err)
+	assert.False(t, called, "no handler sees it")
+	dl := pub.published("work-dlq")
+	require.Len(t, dl, 1)
+	info, ok, err := broker.DeadLetterOf(dl[0])
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Contains(t, info.Reason, "exceeds")
+	assert.Equal(t, "permanent", info.Class)
+	assert.NoError(t, broker.CheckPayloads(dl), "a dead letter may carry what arrived")
+}

@@ -98,9 +98,13 @@ func (e *PayloadTooLargeError) Error() string {
 
 // CheckPayloads returns a *PayloadTooLargeError for the first message over
 // MaxPayloadBytes. Every adapter calls it before sending anything.
+//
+// Dead letters (DeadLetterKey set) are exempt: they move what arrived, and an
+// oversized message from a foreign publisher is dead-lettered for being so.
+// A broker with a hard limit of its own (SQS) still refuses them.
 func CheckPayloads(msgs []*message.Message) error {
 	for _, m := range msgs {
-		if len(m.Payload) > MaxPayloadBytes {
+		if len(m.Payload) > MaxPayloadBytes && m.Metadata.Get(DeadLetterKey) == "" {
 			return &PayloadTooLargeError{MessageUUID: m.UUID, Size: len(m.Payload)}
 		}
 	}
