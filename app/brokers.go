@@ -14,6 +14,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/broker/postgres"
 	"github.com/eventpipe/eventpipe/app/broker/rabbitmq"
 	"github.com/eventpipe/eventpipe/app/broker/sqs"
+	"github.com/eventpipe/eventpipe/app/topology"
 	"github.com/eventpipe/eventpipe/config"
 )
 
@@ -86,14 +87,19 @@ func newAdapter(ctx context.Context, cfg config.Config, logger watermill.LoggerA
 			DisableConfirms: !cfg.RabbitMQ.PublisherConfirms,
 		}, logger)
 	case config.KindSQS:
+		top, err := SpecTopology(cfg)
+		if err != nil {
+			return nil, backoff.Permanent(err)
+		}
 		return sqs.New(ctx, sqs.Config{
-			Region:         cfg.SQS.Region,
-			Endpoint:       cfg.SQS.Endpoint,
-			BatchSize:      cfg.SQS.BatchSize,
-			Workers:        cfg.SQS.Workers,
-			WaitTime:       cfg.SQS.WaitTime,
-			NackVisibility: cfg.SQS.NackVisibility,
-			CreateQueues:   cfg.SQS.CreateQueues,
+			QueueBatchSizes: batchSizes(top),
+			Region:          cfg.SQS.Region,
+			Endpoint:        cfg.SQS.Endpoint,
+			BatchSize:       cfg.SQS.BatchSize,
+			Workers:         cfg.SQS.Workers,
+			WaitTime:        cfg.SQS.WaitTime,
+			NackVisibility:  cfg.SQS.NackVisibility,
+			CreateQueues:    cfg.SQS.CreateQueues,
 		}, logger)
 	case config.KindPostgres:
 		return postgres.New(ctx, postgres.Config{
@@ -116,4 +122,15 @@ func watermillLogger(logger *slog.Logger) watermill.LoggerAdapter {
 	return watermill.NewSlogLoggerWithLevelMapping(logger, map[slog.Level]slog.Level{
 		slog.LevelInfo: slog.LevelDebug,
 	})
+}
+
+// batchSizes are the receive batch sizes the topology's queues declare.
+func batchSizes(top topology.Topology) map[string]int {
+	sizes := map[string]int{}
+	for _, q := range top.AllQueues() {
+		if q.BatchSize > 0 {
+			sizes[q.Name] = q.BatchSize
+		}
+	}
+	return sizes
 }

@@ -56,6 +56,11 @@ type Config struct {
 	// handled per message anyway.
 	BatchSize int
 
+	// QueueBatchSizes overrides BatchSize for some queues (topic → 1..10):
+	// a spec's batch size per queue (the interviews spec receives 10 on one
+	// queue and 1 on the other).
+	QueueBatchSizes map[string]int
+
 	// Workers is how many ReceiveMessage calls each Subscribe keeps running at
 	// once. Default 2. At most BatchSize×Workers messages of one subscription
 	// are in flight (received and not yet acked or nacked).
@@ -167,6 +172,11 @@ func (c Config) Validate() error {
 	if c.BatchSize < 0 || c.BatchSize > maxBatchSize {
 		add("batch size %d: want 1..%d", c.BatchSize, maxBatchSize)
 	}
+	for q, n := range c.QueueBatchSizes {
+		if n < 1 || n > maxBatchSize {
+			add("batch size %d of queue %s: want 1..%d", n, q, maxBatchSize)
+		}
+	}
 	if c.Workers < 0 {
 		add("workers %d: must not be negative", c.Workers)
 	}
@@ -186,4 +196,12 @@ func (c Config) Validate() error {
 		add("request timeout %s: must not be negative", c.RequestTimeout)
 	}
 	return errors.Join(errs...)
+}
+
+// batchSizeOf is the receive batch size of topic's queue.
+func (c Config) batchSizeOf(topic string) int {
+	if n, ok := c.QueueBatchSizes[topic]; ok {
+		return n
+	}
+	return c.BatchSize
 }

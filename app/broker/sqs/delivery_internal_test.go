@@ -1,6 +1,7 @@
 package sqs
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -73,4 +74,19 @@ func TestSetDeliveryMetadata(t *testing.T) {
 	nothing := forged()
 	setDeliveryMetadata(nothing, nil)
 	assert.Equal(t, message.Metadata{"keep": "v", broker.AttemptKey: "0"}, nothing)
+}
+
+func TestBatchSizeOfQueue(t *testing.T) {
+	t.Parallel()
+	c := Config{BatchSize: 10, QueueBatchSizes: map[string]int{"report-generate": 1}}
+	if got := c.batchSizeOf("report-generate"); got != 1 {
+		t.Fatalf("report-generate: got %d, want 1", got)
+	}
+	if got := c.batchSizeOf("interview-completed"); got != 10 {
+		t.Fatalf("interview-completed: got %d, want 10", got)
+	}
+	c.QueueBatchSizes["bad"] = 11
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "queue bad") {
+		t.Fatalf("a batch size of 11 must be refused, got %v", err)
+	}
 }

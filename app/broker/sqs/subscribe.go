@@ -72,7 +72,8 @@ func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.M
 		// cancellation: a subscription that ends still gives the messages it
 		// handed out DrainTimeout to finish.
 		msgParent: context.WithoutCancel(ctx),
-		slots:     make(chan struct{}, p.cfg.BatchSize*p.cfg.Workers),
+		batchSize: p.cfg.batchSizeOf(topic),
+		slots:     make(chan struct{}, p.cfg.batchSizeOf(topic)*p.cfg.Workers),
 		settle:    make(chan settleRequest),
 		drained:   make(chan struct{}),
 	}
@@ -90,6 +91,8 @@ type subscription struct {
 	topic    string
 	queueURL string
 	out      chan *message.Message
+	// batchSize is how many messages one receive asks for on this queue.
+	batchSize int
 
 	// stop ends intake: no new receive starts, nothing more is handed out.
 	stop      context.Context
@@ -224,7 +227,7 @@ func (s *subscription) acquireSlots() int {
 			fill.Stop()
 		}
 	}()
-	for n < s.p.cfg.BatchSize {
+	for n < s.batchSize {
 		select {
 		case <-s.slots:
 			n++
