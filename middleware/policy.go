@@ -176,7 +176,8 @@ func (p Policy) deadLetter(ctx context.Context, msg *message.Message, attempts i
 	}
 	dl.SetContext(ctx)
 	if err := p.Publisher.Publish(p.Route.DeadLetterQueue, dl); err != nil {
-		return failure.AsTransient(fmt.Errorf("dead-letter to %s (because: %v): %w", p.Route.DeadLetterQueue, cause, err), 0)
+		// The cause stays text: the error to classify and retry is the publish's.
+		return failure.AsTransient(fmt.Errorf("dead-letter to %s (because: %s): %w", p.Route.DeadLetterQueue, cause.Error(), err), 0)
 	}
 	setOutcome(ctx, outcomeDeadLettered, cause)
 	return nil

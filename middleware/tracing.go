@@ -210,7 +210,7 @@ func (p *tracingPublisher) start(topic string, msg *message.Message) trace.Span 
 	explicit := false
 	if tp := msg.Metadata.Get(TraceparentKey); tp != "" {
 		carried := trace.SpanContextFromContext(traceContext.Extract(context.Background(), propagation.MapCarrier(msg.Metadata)))
-		explicit = carried.IsValid() && !(carried.TraceID() == own.TraceID() && carried.SpanID() == own.SpanID())
+		explicit = carried.IsValid() && (carried.TraceID() != own.TraceID() || carried.SpanID() != own.SpanID())
 		if explicit && !own.IsValid() {
 			ctx = trace.ContextWithRemoteSpanContext(ctx, carried)
 		}

@@ -69,7 +69,7 @@ func Scope(t testing.TB, kind string) string {
 				t.Logf("drop schema %s: %v", scope, err)
 				return
 			}
-			defer conn.Close(ctx)
+			defer func() { _ = conn.Close(ctx) }()
 			if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{scope}.Sanitize()+` CASCADE`); err != nil {
 				t.Logf("drop schema %s: %v", scope, err)
 			}
