@@ -28,6 +28,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/telemetry"
 	"github.com/eventpipe/eventpipe/config"
 	"github.com/eventpipe/eventpipe/handlers/demo"
+	"github.com/eventpipe/eventpipe/handlers/interviews"
 	"github.com/eventpipe/eventpipe/middleware"
 	"github.com/eventpipe/eventpipe/migrations"
 )
@@ -46,6 +47,8 @@ type Service struct {
 	routes         route.Set
 	registry       *prometheus.Registry
 	admin          net.Listener // nil when admin.addr is ""
+	// interviews is the interviews spec's store; nil when the spec is off.
+	interviews interviews.Store
 }
 
 // New connects to the broker (retrying while it is unreachable, until ctx
@@ -115,7 +118,13 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Service,
 		NackDelay: NacksWithDelay(ps),
 		Tracer:    tp,
 	}
-	s.routes, err = buildRoutes(specDeps{cfg: cfg, publisher: s.publisher, logger: logger}, top)
+	if cfg.Interviews.Enabled {
+		if s.interviews, err = newInterviewsStore(cfg, s.db); err != nil {
+			s.closeResources()
+			return nil, err
+		}
+	}
+	s.routes, err = buildRoutes(specDeps{cfg: cfg, publisher: s.publisher, logger: logger, interviews: s.interviews}, top)
 	if err != nil {
 		s.closeResources()
 		return nil, err
@@ -204,6 +213,14 @@ func (s *Service) Run(ctx context.Context) error {
 
 	if s.cfg.Demo.Enabled {
 		wg.Go(func() { demo.Produce(ctx, s.publisher, s.cfg.Demo.Interval, s.logger) })
+	}
+	if s.cfg.Interviews.Enabled && s.cfg.Interviews.SampleTraffic {
+		wg.Go(func() {
+			producer := interviews.NewProducer(s.publisher, s.logger)
+			if _, err := interviews.SampleTraffic(ctx, s.interviews, producer, s.logger); err != nil {
+				s.logger.Error("interviews sample traffic", slog.Any("error", err))
+			}
+		})
 	}
 	// The database workers stop before the broker closes, so the relay's last
 	// batch is published or left for the next relay, never cut mid-way.

@@ -5,13 +5,16 @@ import (
 	"log/slog"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/broker/routing"
+	"github.com/eventpipe/eventpipe/app/llm"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/topology"
 	"github.com/eventpipe/eventpipe/config"
 	"github.com/eventpipe/eventpipe/handlers/demo"
+	"github.com/eventpipe/eventpipe/handlers/interviews"
 )
 
 // spec is one of the specs eventpipe runs: whether the configuration enables
@@ -33,6 +36,9 @@ type specDeps struct {
 	cfg       config.Config
 	publisher message.Publisher
 	logger    *slog.Logger
+	// interviews is the interviews spec's store (newInterviewsStore); nil
+	// when the spec is off.
+	interviews interviews.Store
 }
 
 // specs lists every spec this binary knows, in the order their routes are
@@ -47,7 +53,64 @@ func specs() []spec {
 			},
 			catalog: func() route.Set { return demo.Handlers{}.Routes() },
 		},
+		{
+			name:     "interviews",
+			enabled:  func(c config.Config) bool { return c.Interviews.Enabled },
+			topology: "interviews",
+			routes: func(d specDeps) (route.Set, error) {
+				gen, err := interviewsGenerator(d.cfg, d.logger)
+				if err != nil {
+					return nil, err
+				}
+				return interviews.Handlers{
+					Store:      d.interviews,
+					Publisher:  d.publisher,
+					Generator:  gen,
+					Logger:     d.logger,
+					StaleClaim: d.cfg.Interviews.StaleClaim,
+				}.Routes(), nil
+			},
+			catalog: func() route.Set { return interviews.Handlers{}.Routes() },
+		},
 	}
+}
+
+// newInterviewsStore returns the interviews spec's store: PostgreSQL when
+// postgres.dsn is set (db non-nil), with report requests written to the
+// transactional outbox in the settlement's transaction (a relay publishes
+// them: serve's when outbox.relay is on, or `eventpipe relay`); the memory
+// store otherwise (the embedded mode: nothing survives a restart).
+func newInterviewsStore(cfg config.Config, db *pgxpool.Pool) (interviews.Store, error) {
+	if db == nil {
+		return interviews.NewMemory(), nil
+	}
+	store, err := interviews.NewPostgres(db, cfg.Postgres.Schema, interviews.PostgresOptions{Outbox: true})
+	if err != nil {
+		return nil, fmt.Errorf("interviews: %w", err)
+	}
+	return store, nil
+}
+
+// interviewsGenerator returns the report generator: the LLM client from the
+// llm section. Without an API key it is an error, except with
+// interviews.sample_traffic, where the built-in sample generator stands in
+// so that `make run` needs no account.
+func interviewsGenerator(cfg config.Config, logger *slog.Logger) (interviews.ReportGenerator, error) {
+	client, err := llm.New(llm.Config{
+		BaseURL:   cfg.LLM.BaseURL,
+		Model:     cfg.LLM.Model,
+		APIKeyEnv: cfg.LLM.APIKeyEnv,
+		Timeout:   cfg.LLM.Timeout,
+	})
+	if err != nil {
+		if cfg.Interviews.SampleTraffic {
+			logger.Warn("interviews: no LLM configured, reports come from the sample generator",
+				slog.String("api_key_env", cfg.LLM.APIKeyEnv), slog.Any("reason", err))
+			return interviews.SampleGenerator{}, nil
+		}
+		return nil, fmt.Errorf("interviews: %w", err)
+	}
+	return interviews.LLMGenerator{Client: client}, nil
 }
 
 // SpecTopology merges the topologies of the specs cfg enables. It has no

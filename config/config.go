@@ -99,6 +99,47 @@ type Config struct {
 	Outbox Outbox `yaml:"outbox" envPrefix:"OUTBOX_"`
 	// Inbox configures the processed-messages table.
 	Inbox Inbox `yaml:"inbox" envPrefix:"INBOX_"`
+	// Interviews configures the interviews spec (credit settlement and
+	// report generation).
+	Interviews Interviews `yaml:"interviews" envPrefix:"INTERVIEWS_"`
+	// LLM configures the OpenAI-compatible chat-completions client.
+	LLM LLM `yaml:"llm" envPrefix:"LLM_"`
+}
+
+// Interviews configures the interviews spec
+// (specs/sqs-interview-report-queues.md): the interview-completed and
+// report-generate routes. Its store is PostgreSQL when postgres.dsn is set —
+// report requests then go through the transactional outbox, so a relay must
+// run (serve's, outbox.relay, by default) — and the in-memory store otherwise.
+type Interviews struct {
+	// Enabled turns the spec's two routes on. Default false.
+	Enabled bool `yaml:"enabled" env:"ENABLED" doc:"Run the interviews spec: interview-completed (credit settlement) and report-generate (reports)."`
+	// SampleTraffic seeds a sample organisation, credit lots and interviews
+	// when serve starts and publishes their completions, so a newcomer sees
+	// a settlement and a report happen (make run). Without an LLM API key the
+	// reports come from a built-in sample generator. Default false.
+	SampleTraffic bool `yaml:"sample_traffic" env:"SAMPLE_TRAFFIC" doc:"At start, seed a sample organisation and publish a few interview completions (make run); without an LLM key, reports come from a built-in sample generator."`
+	// StaleClaim is how long a report's PROCESSING claim is honoured before
+	// another worker may take it over (a worker that died mid-generation).
+	// Default 10m: longer than a generation (llm.timeout), shorter than the
+	// report queue's 1800 s visibility; more than 0.
+	StaleClaim time.Duration `yaml:"stale_claim" env:"STALE_CLAIM" doc:"How long a report's PROCESSING claim is honoured before another worker may take it over (more than 0s)."`
+}
+
+// LLM configures the OpenAI-compatible chat-completions client (app/llm),
+// used by the interviews spec's report generator.
+type LLM struct {
+	// BaseURL is the API's base URL, up to and excluding /chat/completions.
+	// Default https://api.openai.com/v1.
+	BaseURL string `yaml:"base_url" env:"BASE_URL" doc:"Base URL of the OpenAI-compatible API, up to and excluding /chat/completions."`
+	// Model is the chat model. Default gpt-4.1-mini.
+	Model string `yaml:"model" env:"MODEL" doc:"Chat model asked (must support json_schema structured output)."`
+	// APIKeyEnv names the environment variable that holds the API key; the
+	// key itself is never written in configuration. Default OPENAI_API_KEY.
+	APIKeyEnv string `yaml:"api_key_env" env:"API_KEY_ENV" doc:"Name of the environment variable holding the API key (the key is never put in configuration)."`
+	// Timeout bounds one request, response included. Default 120s; more
+	// than 0.
+	Timeout time.Duration `yaml:"timeout" env:"TIMEOUT" doc:"Bound on one chat-completion request, response included (more than 0s)."`
 }
 
 // Outbox configures the relay that publishes the transactional outbox
@@ -301,11 +342,13 @@ func Defaults() Config {
 			Schema:       "eventpipe",
 			Migrate:      true,
 		},
-		Admin:     Admin{Addr: "127.0.0.1:9090"},
-		Log:       Log{Level: LevelInfo, Format: FormatText},
-		Serve:     Serve{ShutdownTimeout: 30 * time.Second, ConnectTimeout: 0},
-		Demo:      Demo{Enabled: false, Interval: time.Second},
-		Telemetry: Telemetry{Exporter: ExporterNone, ServiceName: "eventpipe", SampleRatio: 1},
+		Admin:      Admin{Addr: "127.0.0.1:9090"},
+		Log:        Log{Level: LevelInfo, Format: FormatText},
+		Serve:      Serve{ShutdownTimeout: 30 * time.Second, ConnectTimeout: 0},
+		Demo:       Demo{Enabled: false, Interval: time.Second},
+		Interviews: Interviews{Enabled: false, SampleTraffic: false, StaleClaim: 10 * time.Minute},
+		LLM:        LLM{BaseURL: "https://api.openai.com/v1", Model: "gpt-4.1-mini", APIKeyEnv: "OPENAI_API_KEY", Timeout: 120 * time.Second},
+		Telemetry:  Telemetry{Exporter: ExporterNone, ServiceName: "eventpipe", SampleRatio: 1},
 		Outbox: Outbox{
 			Relay:        true,
 			BatchSize:    50,

@@ -134,6 +134,15 @@ func (c Config) Validate() error {
 	atLeast(&ps, "outbox.max_attempts", c.Outbox.MaxAttempts, 1)
 	positive(&ps, "outbox.retention", c.Outbox.Retention)
 	positive(&ps, "inbox.ttl", c.Inbox.TTL)
+	positive(&ps, "interviews.stale_claim", c.Interviews.StaleClaim)
+	checkURL(&ps, "llm.base_url", c.LLM.BaseURL, endpointURL)
+	if strings.TrimSpace(c.LLM.Model) == "" {
+		ps.add("llm.model", "must not be empty")
+	}
+	if !envVarName.MatchString(c.LLM.APIKeyEnv) {
+		ps.add("llm.api_key_env", "%q is not an environment variable name (letters, digits and _, not starting with a digit)", c.LLM.APIKeyEnv)
+	}
+	positive(&ps, "llm.timeout", c.LLM.Timeout)
 
 	if c.Admin.Addr != "" {
 		checkAddr(&ps, "admin.addr", c.Admin.Addr)
@@ -161,6 +170,9 @@ func (c Config) Validate() error {
 	}
 	return ps.err()
 }
+
+// envVarName is a portable environment variable name.
+var envVarName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // schemaName is what migrations.ValidateSchema accepts.
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,55}$`)

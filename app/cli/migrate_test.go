@@ -8,7 +8,7 @@ import (
 
 	"github.com/eventpipe/eventpipe/app/cli"
 	"github.com/eventpipe/eventpipe/app/dbtx/dbtest"
-	"github.com/eventpipe/eventpipe/app/internal/testenv"
+	"github.com/eventpipe/eventpipe/app/testenv"
 )
 
 func TestMigrateUpStatusDown(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/eventpipe/eventpipe/app/cli"
 	"github.com/eventpipe/eventpipe/app/dbtx/dbtest"
-	"github.com/eventpipe/eventpipe/app/internal/testenv"
+	"github.com/eventpipe/eventpipe/app/testenv"
 	"github.com/eventpipe/eventpipe/app/outbox"
 )
 

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventpipe/eventpipe/app/cli"
-	"github.com/eventpipe/eventpipe/app/internal/testenv"
+	"github.com/eventpipe/eventpipe/app/testenv"
 )
 
 var specFiles = []string{"-f", specs + "interviews.yaml", "-f", specs + "disputes.yaml", "-f", specs + "stackup.yaml", "-f", specs + "booking.yaml", "-f", specs + "joinlink.yaml"}

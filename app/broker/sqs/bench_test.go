@@ -13,7 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/stretchr/testify/require"
 
-	"github.com/eventpipe/eventpipe/app/internal/testenv"
+	"github.com/eventpipe/eventpipe/app/testenv"
 )
 
 // BenchmarkPublishConsume publishes b.N messages in calls of ten, then

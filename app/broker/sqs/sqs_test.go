@@ -29,7 +29,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/broker/brokertest"
 	"github.com/eventpipe/eventpipe/app/broker/sqs"
-	"github.com/eventpipe/eventpipe/app/internal/testenv"
+	"github.com/eventpipe/eventpipe/app/testenv"
 )
 
 // The Watermill suite and brokertest close many subscriptions; a short long

@@ -23,7 +23,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/broker/rabbitmq"
 	"github.com/eventpipe/eventpipe/app/broker/routing"
 	"github.com/eventpipe/eventpipe/app/broker/sqs"
-	"github.com/eventpipe/eventpipe/app/internal/testenv"
+	"github.com/eventpipe/eventpipe/app/testenv"
 	"github.com/eventpipe/eventpipe/app/topology"
 )
 

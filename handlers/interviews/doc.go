@@ -1,0 +1,36 @@
+// Package interviews runs the interviews spec
+// (specs/sqs-interview-report-queues.md) on any broker: the interview-completed
+// consumer that settles an interview's credits exactly once, and the
+// report-generate consumer that turns a settled interview into a report,
+// with its own attempt cap.
+//
+// # Queues and wire format
+//
+// Bodies are raw JSON with no envelope; the requestId and eventType
+// attributes travel as message metadata (SQS message attributes, AMQP
+// headers, Postgres metadata). interview-completed carries a union: a body
+// with a "type" key is an interview.failed event, any other object an
+// interview completion. A body that is not a JSON object (null included) or
+// fails its schema is logged and dropped (DESIGN.md ruling "Interviews").
+//
+// # Exactly-once credits
+//
+// A settlement is one transaction: the claim (UPDATE … WHERE settled_at IS
+// NULL), the ledger entries, the lot and organisation balances and
+// retentionExpiresAt. A redelivery finds the claim taken and does nothing, so
+// report.generate is asked for only by the delivery that really settled. With
+// the Postgres store that request is written to the transactional outbox in
+// the same transaction (nothing to lose, nothing phantom); with the memory
+// store it is published right after the in-memory commit, and a publish error
+// is logged, not returned (the spec's rule).
+//
+// # Report generation
+//
+// The report-generate consumer follows the spec's state machine: COMPLETED →
+// done; attemptCount ≥ MaxReportAttempts → FAILED and done; otherwise an
+// atomic claim (NOT_STARTED / FAILED → PROCESSING, attemptCount + 1), an
+// insufficient-evidence report without the model when the interview is too
+// short or has too few substantive answers, else the ReportGenerator. A
+// generator error marks the report FAILED and is returned as transient, so
+// the broker retries and, after three attempts, dead-letters the message.
+package interviews

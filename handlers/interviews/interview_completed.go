@@ -1,0 +1,116 @@
+package interviews
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/middleware"
+)
+
+// handleInterviewCompleted is the interview-completed consumer
+// (interview-completed.ts): decode the union, settle, and ask for the report
+// when this delivery really settled a completion.
+func (h Handlers) handleInterviewCompleted(msg *message.Message) error {
+	ctx := msg.Context()
+	log := h.messageLogger(ctx, msg, InterviewCompletedQueue)
+	ev, err := DecodeInterviewEvent(msg.Payload)
+	if err != nil {
+		// The route drops permanent failures: logged (by Observe, and here
+		// with the reason) and acknowledged, as the spec says.
+		log.WarnContext(ctx, "invalid interview event dropped", slog.Any("error", err))
+		return failure.AsPermanent(fmt.Errorf("decode interview event: %w", err))
+	}
+	if ev.Failed != nil {
+		return h.settleFailed(ctx, log, *ev.Failed)
+	}
+	return h.settleCompleted(ctx, log, msg, *ev.Completed)
+}
+
+// storeError classifies a store error: facts no retry can change (unknown
+// interview or organisation, another organisation's interview) are
+// permanent; the rest (the database) transient.
+func storeError(ctx context.Context, log *slog.Logger, what string, err error) error {
+	if errors.Is(err, ErrUnknownInterview) || errors.Is(err, ErrUnknownOrganization) || errors.Is(err, ErrOrganizationMismatch) {
+		log.WarnContext(ctx, what+" refused, nothing changed", slog.Any("error", err))
+		return failure.AsPermanent(fmt.Errorf("%s: %w", what, err))
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+func (h Handlers) settleCompleted(ctx context.Context, log *slog.Logger, msg *message.Message, ev InterviewCompleted) error {
+	billedCredits := int64(math.Floor(ev.DurationSeconds / 60))
+	log = log.With(slog.String("interview_id", ev.InterviewID), slog.String("organization_id", ev.OrganizationID))
+
+	report, err := NewReportGenerateMessage(ctx, ReportGenerate{InterviewID: ev.InterviewID, OrganizationID: ev.OrganizationID})
+	if err != nil {
+		return failure.AsPermanent(err) // unreachable: the ids were validated
+	}
+	res, err := h.Store.SettleCompleted(ctx, Settlement{
+		InterviewID: ev.InterviewID, OrganizationID: ev.OrganizationID, Consumed: billedCredits, Anchor: ev.CompletedAt,
+	}, FollowUp{Topic: h.reportQueue(), Message: report})
+	if err != nil {
+		return storeError(ctx, log, "settle completed interview", err)
+	}
+	if !res.Settled {
+		// A redelivery (or a second publish): the claim was taken, nothing
+		// changed, and no second report is asked for.
+		log.InfoContext(ctx, "interview already settled, nothing to do",
+			slog.Int64("credits_consumed", res.CreditsConsumed))
+		return nil
+	}
+	log.InfoContext(ctx, "interview settled",
+		slog.Int64("billed_credits", billedCredits),
+		slog.Int64("credits_reserved", res.CreditsReserved),
+		slog.Int64("credits_consumed", res.CreditsConsumed),
+		slog.Time("retention_expires_at", res.RetentionExpiresAt),
+		slog.Bool("report_via_outbox", res.FollowUpQueued))
+	if res.FollowUpQueued {
+		return nil
+	}
+	// After the commit, as the spec does: an error is logged, not returned —
+	// returning it would redeliver a message whose settlement is done.
+	if q := h.reportQueue(); q == "" {
+		log.WarnContext(ctx, "report-generate queue not configured, report request skipped")
+	} else if err := h.Publisher.Publish(q, report); err != nil {
+		log.ErrorContext(ctx, "report request not published; settlement stays committed",
+			slog.String("report_message_id", report.UUID), slog.Any("error", err))
+	} else {
+		log.InfoContext(ctx, "report requested", slog.String("report_message_id", report.UUID))
+	}
+	return nil
+}
+
+func (h Handlers) settleFailed(ctx context.Context, log *slog.Logger, ev InterviewFailed) error {
+	log = log.With(slog.String("interview_id", ev.InterviewID), slog.String("organization_id", ev.OrganizationID))
+	// failureReason is part of the schema but, as in settleFailedInterview,
+	// not used: it was recorded by the API before it enqueued.
+	res, err := h.Store.SettleFailed(ctx, Settlement{InterviewID: ev.InterviewID, OrganizationID: ev.OrganizationID, Anchor: ev.FailedAt})
+	if err != nil {
+		return storeError(ctx, log, "settle failed interview", err)
+	}
+	if !res.Settled {
+		log.InfoContext(ctx, "interview already settled, nothing to do")
+		return nil
+	}
+	log.InfoContext(ctx, "failed interview settled, reservation released",
+		slog.Int64("credits_released", res.CreditsReserved),
+		slog.Time("retention_expires_at", res.RetentionExpiresAt))
+	return nil
+}
+
+func (h Handlers) messageLogger(ctx context.Context, msg *message.Message, queue string) *slog.Logger {
+	if q := message.SubscribeTopicFromCtx(ctx); q != "" {
+		queue = q // the queue it really came from (a prefixed or renamed one)
+	}
+	return h.logger().With(
+		slog.String("message_id", msg.UUID),
+		slog.String("trace_id", middleware.TraceID(ctx)),
+		slog.String("queue", queue),
+		slog.String("request_id", RequestIDOf(msg)))
+}
