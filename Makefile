@@ -23,7 +23,8 @@ build: ## build bin/eventpipe
 
 run: build ## run the demo on the embedded memory broker (no services needed); Ctrl-C to stop
 	EVENTPIPE_CONFIG= EVENTPIPE_BROKER=memory EVENTPIPE_DEMO_ENABLED=true \
-		EVENTPIPE_INTERVIEWS_ENABLED=true EVENTPIPE_INTERVIEWS_SAMPLE_TRAFFIC=true ./$(BIN) serve
+		EVENTPIPE_INTERVIEWS_ENABLED=true EVENTPIPE_INTERVIEWS_SAMPLE_TRAFFIC=true \
+		EVENTPIPE_STACKUP_ENABLED=true EVENTPIPE_STACKUP_SAMPLE_INTERVAL=3s ./$(BIN) serve
 
 services: ## make sure PostgreSQL, RabbitMQ and the SQS emulator are up (CI=true: only check PG/RabbitMQ)
 	.ci/services

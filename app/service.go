@@ -29,6 +29,7 @@ import (
 	"github.com/eventpipe/eventpipe/config"
 	"github.com/eventpipe/eventpipe/handlers/demo"
 	"github.com/eventpipe/eventpipe/handlers/interviews"
+	"github.com/eventpipe/eventpipe/handlers/stackup"
 	"github.com/eventpipe/eventpipe/middleware"
 	"github.com/eventpipe/eventpipe/migrations"
 )
@@ -49,6 +50,8 @@ type Service struct {
 	admin          net.Listener // nil when admin.addr is ""
 	// interviews is the interviews spec's store; nil when the spec is off.
 	interviews interviews.Store
+	// stackup is the StackUp contract's roles; nil when the spec is off.
+	stackup *stackup.Handlers
 }
 
 // New connects to the broker (retrying while it is unreachable, until ctx
@@ -124,7 +127,13 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Service,
 			return nil, err
 		}
 	}
-	s.routes, err = buildRoutes(specDeps{cfg: cfg, publisher: s.publisher, logger: logger, interviews: s.interviews}, top)
+	if cfg.StackUp.Enabled {
+		if s.stackup, err = newStackUp(cfg, top, s.publisher, s.db, logger); err != nil {
+			s.closeResources()
+			return nil, fmt.Errorf("spec stackup: %w", err)
+		}
+	}
+	s.routes, err = buildRoutes(specDeps{cfg: cfg, publisher: s.publisher, logger: logger, interviews: s.interviews, stackup: s.stackup}, top)
 	if err != nil {
 		s.closeResources()
 		return nil, err
@@ -213,6 +222,13 @@ func (s *Service) Run(ctx context.Context) error {
 
 	if s.cfg.Demo.Enabled {
 		wg.Go(func() { demo.Produce(ctx, s.publisher, s.cfg.Demo.Interval, s.logger) })
+	}
+	if s.stackup != nil && s.cfg.StackUp.SampleInterval > 0 {
+		wg.Go(func() {
+			if err := stackup.SampleTraffic(ctx, s.stackup, s.cfg.StackUp.SampleInterval, s.logger); err != nil {
+				s.logger.Warn("stackup sample traffic not started", slog.Any("error", err))
+			}
+		})
 	}
 	if s.cfg.Interviews.Enabled && s.cfg.Interviews.SampleTraffic {
 		wg.Go(func() {

@@ -9,12 +9,16 @@ import (
 
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/broker/routing"
+	"github.com/eventpipe/eventpipe/app/inbox"
 	"github.com/eventpipe/eventpipe/app/llm"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/topology"
 	"github.com/eventpipe/eventpipe/config"
 	"github.com/eventpipe/eventpipe/handlers/demo"
 	"github.com/eventpipe/eventpipe/handlers/interviews"
+	"github.com/eventpipe/eventpipe/handlers/stackup"
+	"github.com/eventpipe/eventpipe/handlers/stackup/catalog"
+	"github.com/eventpipe/eventpipe/handlers/stackup/core"
 )
 
 // spec is one of the specs eventpipe runs: whether the configuration enables
@@ -39,6 +43,9 @@ type specDeps struct {
 	// interviews is the interviews spec's store (newInterviewsStore); nil
 	// when the spec is off.
 	interviews interviews.Store
+	// stackup is the StackUp contract's built roles (newStackUp); nil when
+	// the spec is off.
+	stackup *stackup.Handlers
 }
 
 // specs lists every spec this binary knows, in the order their routes are
@@ -71,6 +78,13 @@ func specs() []spec {
 				}.Routes(), nil
 			},
 			catalog: func() route.Set { return interviews.Handlers{}.Routes() },
+		},
+		{
+			name:     "stackup",
+			enabled:  func(c config.Config) bool { return c.StackUp.Enabled },
+			topology: "stackup",
+			routes:   func(d specDeps) (route.Set, error) { return d.stackup.Routes(), nil },
+			catalog:  stackup.CatalogRoutes,
 		},
 	}
 }
@@ -184,4 +198,51 @@ func Catalog() route.Set {
 		set = append(set, s.catalog()...)
 	}
 	return set
+}
+
+// newStackUp builds the StackUp roles cfg enables. Core's state, the inbox and
+// the outbox live in PostgreSQL when postgres.dsn is set (db non-nil; the relay
+// publishes the requests after commit), else in memory (published after the
+// in-memory commit). pub must route "<exchange>/<key>" topics (NewPublisher).
+func newStackUp(cfg config.Config, top topology.Topology, pub message.Publisher, db *pgxpool.Pool, logger *slog.Logger) (*stackup.Handlers, error) {
+	c := cfg.StackUp
+	roles, err := stackup.ParseRoles(c.Roles)
+	if err != nil {
+		return nil, err
+	}
+	d := stackup.Deps{
+		Topology:  top,
+		Publisher: pub,
+		AIQueues:  stackup.ParseQueues(c.AIQueues),
+		Logger:    logger,
+		Retry: catalog.Retry{
+			MaxAttempts: c.MaxAttempts,
+			Backoff:     route.Backoff{Initial: c.BackoffInitial, Multiplier: 2, Max: c.BackoffMax, Jitter: 0.2},
+		},
+	}
+	if roles.AIWorker {
+		d.Processors, err = stackup.NewProcessors(c.Processors, llm.Config{
+			BaseURL:   cfg.LLM.BaseURL,
+			Model:     cfg.LLM.Model,
+			APIKeyEnv: cfg.LLM.APIKeyEnv,
+			Timeout:   cfg.LLM.Timeout,
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if db != nil {
+		store, err := core.NewPostgres(db, cfg.Postgres.Schema)
+		if err != nil {
+			return nil, err
+		}
+		ib, err := inbox.NewPostgres(db, cfg.Postgres.Schema)
+		if err != nil {
+			return nil, err
+		}
+		d.Store, d.Inbox, d.Outbox = store, ib, core.PostgresOutbox{Schema: cfg.Postgres.Schema}
+	} else {
+		d.Store, d.Inbox, d.Outbox = core.NewMemory(), inbox.NewMemory(), core.AfterCommit{Publisher: pub}
+	}
+	return stackup.New(roles, d)
 }

@@ -104,6 +104,8 @@ type Config struct {
 	Interviews Interviews `yaml:"interviews" envPrefix:"INTERVIEWS_"`
 	// LLM configures the OpenAI-compatible chat-completions client.
 	LLM LLM `yaml:"llm" envPrefix:"LLM_"`
+	// StackUp configures the StackUp Core ↔ AI contract.
+	StackUp StackUp `yaml:"stackup" envPrefix:"STACKUP_"`
 }
 
 // Interviews configures the interviews spec
@@ -124,6 +126,35 @@ type Interviews struct {
 	// Default 10m: longer than a generation (llm.timeout), shorter than the
 	// report queue's 1800 s visibility; more than 0.
 	StaleClaim time.Duration `yaml:"stale_claim" env:"STALE_CLAIM" doc:"How long a report's PROCESSING claim is honoured before another worker may take it over (more than 0s)."`
+}
+
+// StackUp configures the StackUp contract (specs/rabbitmq-messaging-contract.ko.md,
+// handlers/stackup): the roles this process runs, the AI worker's processors,
+// the §6 in-process retry and the embedded mode's sample traffic. The llm
+// processors use the llm section.
+type StackUp struct {
+	// Enabled runs the contract (topology config/topology/stackup.yaml).
+	Enabled bool `yaml:"enabled" env:"ENABLED" doc:"Run the StackUp Core/AI contract (topology config/topology/stackup.yaml)."`
+	// Roles is a comma-separated list of core, ai-worker, realtime: the
+	// whole round trip in one process by default.
+	Roles string `yaml:"roles" env:"ROLES" doc:"Comma-separated roles: core (callback consumers, outbox requests), ai-worker (request consumers), realtime (notification fan-out)."`
+	// AIQueues limits the ai-worker to these request queues
+	// (comma-separated); empty means all nine, each needing its processor.
+	AIQueues string `yaml:"ai_queues" env:"AI_QUEUES" doc:"Comma-separated request queues the ai-worker consumes; empty for all nine (each needs its processor)."`
+	// Processors is sample (deterministic stand-ins, no services) or llm
+	// (generate.* on the llm section's API; set ai_queues to the three
+	// ai.generate.* queues).
+	Processors string `yaml:"processors" env:"PROCESSORS" doc:"AI worker processors: sample (stand-ins, no services) or llm (generate.* queues only, on the llm section's API)."`
+	// MaxAttempts is §6's in-process attempts per message.
+	MaxAttempts int `yaml:"max_attempts" env:"MAX_ATTEMPTS" doc:"In-process attempts per message before the FAILED callback or the DLQ (§6: 3; at least 1)."`
+	// BackoffInitial is the first retry wait, doubled per attempt up to
+	// BackoffMax.
+	BackoffInitial time.Duration `yaml:"backoff_initial" env:"BACKOFF_INITIAL" doc:"First retry wait, doubled per attempt (more than 0s)."`
+	// BackoffMax caps the retry wait.
+	BackoffMax time.Duration `yaml:"backoff_max" env:"BACKOFF_MAX" doc:"Longest retry wait (at least backoff_initial)."`
+	// SampleInterval makes the core role send a sample request every
+	// interval (the make run demo); 0s turns it off.
+	SampleInterval time.Duration `yaml:"sample_interval" env:"SAMPLE_INTERVAL" doc:"Send a sample StackUp request every interval (core role; 0s = off)."`
 }
 
 // LLM configures the OpenAI-compatible chat-completions client (app/llm),
@@ -348,7 +379,16 @@ func Defaults() Config {
 		Demo:       Demo{Enabled: false, Interval: time.Second},
 		Interviews: Interviews{Enabled: false, SampleTraffic: false, StaleClaim: 10 * time.Minute},
 		LLM:        LLM{BaseURL: "https://api.openai.com/v1", Model: "gpt-4.1-mini", APIKeyEnv: "OPENAI_API_KEY", Timeout: 120 * time.Second},
-		Telemetry:  Telemetry{Exporter: ExporterNone, ServiceName: "eventpipe", SampleRatio: 1},
+		StackUp: StackUp{
+			Enabled:        false,
+			Roles:          "core,ai-worker,realtime",
+			Processors:     "sample",
+			MaxAttempts:    3,
+			BackoffInitial: 200 * time.Millisecond,
+			BackoffMax:     5 * time.Second,
+			SampleInterval: 0,
+		},
+		Telemetry: Telemetry{Exporter: ExporterNone, ServiceName: "eventpipe", SampleRatio: 1},
 		Outbox: Outbox{
 			Relay:        true,
 			BatchSize:    50,

@@ -143,6 +143,18 @@ func (c Config) Validate() error {
 		ps.add("llm.api_key_env", "%q is not an environment variable name (letters, digits and _, not starting with a digit)", c.LLM.APIKeyEnv)
 	}
 	positive(&ps, "llm.timeout", c.LLM.Timeout)
+	for _, role := range strings.Split(c.StackUp.Roles, ",") {
+		oneOf(&ps, "stackup.roles", strings.TrimSpace(role), "core", "ai-worker", "realtime")
+	}
+	oneOf(&ps, "stackup.processors", c.StackUp.Processors, "sample", "llm")
+	atLeast(&ps, "stackup.max_attempts", c.StackUp.MaxAttempts, 1)
+	positive(&ps, "stackup.backoff_initial", c.StackUp.BackoffInitial)
+	if c.StackUp.BackoffMax < c.StackUp.BackoffInitial {
+		ps.add("stackup.backoff_max", "%s is less than backoff_initial (%s)", c.StackUp.BackoffMax, c.StackUp.BackoffInitial)
+	}
+	if c.StackUp.SampleInterval < 0 {
+		ps.add("stackup.sample_interval", "must not be negative")
+	}
 
 	if c.Admin.Addr != "" {
 		checkAddr(&ps, "admin.addr", c.Admin.Addr)

@@ -137,7 +137,7 @@ func newBroker(t testing.TB, kind, scope string, rabbitTopology rabbitmq.Topolog
 			DSN:                  testenv.PostgresDSN(t),
 			Schema:               scope,
 			AutoInitializeSchema: true,
-			MaxConns:             4,
+			MaxConns:             12, // opened lazily; a spec consumes up to 15 queues
 			AckDeadline:          3 * time.Second,
 			PollInterval:         100 * time.Millisecond,
 		}, logger)

@@ -1,0 +1,396 @@
+// Package aiworker is the AI server's side of the StackUp contract: one
+// consumer per request queue (ai.analyze.*, ai.generate.*), the work behind a
+// processor interface per request type, and the §6 failure signal — once a
+// request has decoded and passed the idempotency check, every failure ends
+// in a FAILED callback, so a session never hangs in "generating".
+//
+// # The guard (§6, consume_with_failure_signal)
+//
+// For analyze.resume / repository / web / cover_letter and generate.questions
+// / followup / feedback:
+//
+//   - envelope or payload invalid, messageType ≠ routing key, unknown
+//     version: permanent → dead-lettered at once with the reason (no
+//     callback: there is nothing trustworthy to answer);
+//   - messageId already processed (inbox): acknowledged, skipped;
+//   - processor error: a transient one (an LLM outage) is retried in process
+//     while attempts remain (§6 row 1); then, or at once for any other error,
+//     a FAILED callback is published and the message acknowledged. errorCode
+//     is the DomainError's code, GENERATION_SCHEMA_INVALID for output that
+//     does not fit the schema (retriable false), GENERATION_FAILED for a
+//     failed generation, UNEXPECTED otherwise (and for every feedback
+//     failure, §5.11); errorMessage is "ExcType: message", at most 500
+//     characters;
+//   - the success callback cannot be published: not reported as FAILED; the
+//     message goes to the DLQ with that error and its inbox mark is removed
+//     so a redrive runs it again. Same when even the FAILED callback cannot
+//     be published ("최후 안전망").
+//
+// analyze.voice and generate.tts keep the direct model (§6): a DomainError
+// becomes a FAILED callback with its code; any other error unmarks the inbox
+// and is retried, then dead-lettered.
+//
+// The inbox mark is taken before the work (the spec's processed_messages
+// check) and removed on every path that ends without a callback: a crash
+// between the mark and the callback is the one window where a request is
+// neither answered nor redelivered — the spec's trade-off, see the report.
+package aiworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/inbox"
+	"github.com/eventpipe/eventpipe/app/llm"
+	"github.com/eventpipe/eventpipe/app/route"
+	"github.com/eventpipe/eventpipe/app/topology"
+	"github.com/eventpipe/eventpipe/handlers/stackup/catalog"
+	"github.com/eventpipe/eventpipe/handlers/stackup/envelope"
+	"github.com/eventpipe/eventpipe/middleware"
+)
+
+// MaxErrorMessage caps errorMessage, in characters (§6: "500자 상한").
+const MaxErrorMessage = 500
+
+// ErrSchemaInvalid is wrapped by a processor's error when the model's output
+// does not fit the expected schema (Python's TypeError in the spec):
+// GENERATION_SCHEMA_INVALID, not retriable.
+var ErrSchemaInvalid = errors.New("generation output does not match the schema")
+
+// FailureSignal is what a FAILED callback says.
+type FailureSignal struct {
+	Code      string
+	Message   string
+	Retriable bool
+}
+
+// VersionHandler is the work for one version of one request type.
+type VersionHandler struct {
+	Schema catalog.Schema
+	// Process does the work and returns the success callback's payload.
+	Process func(ctx context.Context, job Job, req catalog.Payload) (catalog.Payload, error)
+	// Failed returns the FAILED callback's payload for req.
+	Failed func(req catalog.Payload, sig FailureSignal) catalog.Payload
+	// Direct selects the voice/tts model: only a DomainError becomes a
+	// FAILED callback.
+	Direct bool
+}
+
+// Config configures a Worker.
+type Config struct {
+	Catalog  catalog.Catalog
+	Topology topology.Topology
+	// Publisher publishes callbacks and notifications to
+	// "<exchange>/<routing-key>" topics (a routing publisher).
+	Publisher  message.Publisher
+	Inbox      inbox.Store
+	Processors Processors
+	// Queues lists the request queues to consume; empty means all nine.
+	Queues []string
+	Retry  catalog.Retry
+	// Versions adds handlers for further versions of request types (§7: v2
+	// beside v1), keyed by message type.
+	Versions map[string][]VersionHandler
+	Logger   *slog.Logger
+}
+
+// Worker runs the AI server's consumers.
+type Worker struct {
+	cfg      Config
+	handlers map[string]map[string]VersionHandler // type → version
+	queues   []string
+}
+
+// New checks cfg: every consumed queue's processor must be configured.
+func New(cfg Config) (*Worker, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	var errs []error
+	if cfg.Publisher == nil {
+		errs = append(errs, fmt.Errorf("stackup ai-worker: publisher %w", catalog.ErrNotConfigured))
+	}
+	if cfg.Inbox == nil {
+		errs = append(errs, fmt.Errorf("stackup ai-worker: inbox %w", catalog.ErrNotConfigured))
+	}
+	w := &Worker{cfg: cfg, handlers: v1Handlers(cfg.Processors)}
+	for typ, vhs := range cfg.Versions {
+		for _, vh := range vhs {
+			cat, err := w.cfg.Catalog.With(typ, vh.Schema)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("stackup ai-worker: %w", err))
+				continue
+			}
+			w.cfg.Catalog = cat
+			if _, ok := w.handlers[typ]; !ok {
+				w.handlers[typ] = map[string]VersionHandler{}
+			}
+			w.handlers[typ][vh.Schema.Version] = vh
+		}
+	}
+	w.queues = cfg.Queues
+	if len(w.queues) == 0 {
+		w.queues = RequestQueues(cfg.Catalog)
+	}
+	for _, q := range w.queues {
+		types := w.cfg.Catalog.ByQueue(q)
+		if len(types) == 0 || types[0].Kind != catalog.Request {
+			errs = append(errs, fmt.Errorf("stackup ai-worker: %s is not a request queue", q))
+			continue
+		}
+		for _, t := range types {
+			if w.handlers[t.Name][catalog.V1].Process == nil {
+				errs = append(errs, fmt.Errorf("stackup ai-worker: queue %s: the %s processor is %w (set it, or leave the queue out)",
+					q, t.Name, catalog.ErrNotConfigured))
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// RequestQueues lists the request queues of c, sorted.
+func RequestQueues(c catalog.Catalog) []string {
+	var qs []string
+	for _, t := range c.Types() {
+		if t.Kind == catalog.Request {
+			qs = append(qs, t.Queue)
+		}
+	}
+	slices.Sort(qs)
+	return slices.Compact(qs)
+}
+
+// RouteName is the route (and inbox consumer) name of a request queue.
+func RouteName(queue string) string { return "stackup-ai-" + strings.TrimPrefix(queue, "ai.") }
+
+// Routes returns one route per consumed queue, with the §6 policy.
+func (w *Worker) Routes() (route.Set, error) {
+	var set route.Set
+	for _, q := range w.queues {
+		policy, err := catalog.PolicyFor(w.cfg.Topology, q, w.cfg.Retry)
+		if err != nil {
+			return nil, err
+		}
+		c := catalog.Consumer{
+			Name: RouteName(q), Queue: q, Catalog: w.cfg.Catalog, Policy: policy, Logger: w.cfg.Logger,
+			Handlers: map[string]map[string]catalog.Handler{},
+		}
+		for _, t := range w.cfg.Catalog.ByQueue(q) {
+			c.Handlers[t.Name] = map[string]catalog.Handler{}
+			for v, vh := range w.handlers[t.Name] {
+				if vh.Process == nil {
+					continue
+				}
+				c.Handlers[t.Name][v] = w.guard(RouteName(q), t, vh, policy.MaxAttempts)
+			}
+		}
+		set = append(set, c.Route())
+	}
+	return set, nil
+}
+
+// Job is what a processor gets beside its request: the envelope (for the
+// context ids) and a way to emit the volatile progress notifications of
+// §5.12 (whose failures are only logged).
+type Job struct {
+	Envelope envelope.Envelope
+	notify   func(ctx context.Context, messageType, eventType string, data any)
+}
+
+// NotifySession publishes a realtime.session.notify event (QUESTION_POOL_PROGRESS,
+// FEEDBACK_PROGRESS, SESSION_MESSAGE_DELTA …) to the request's session;
+// a failure is logged and ignored (§5.12-1: "발행 실패는 무시(경고만)").
+func (j Job) NotifySession(ctx context.Context, eventType string, data any) {
+	if j.notify != nil {
+		j.notify(ctx, catalog.RealtimeSessionNotify, eventType, data)
+	}
+}
+
+// NotifyUser publishes a realtime.user.notify event (ANALYSIS_PROGRESS) to
+// the request's user; failures are logged and ignored.
+func (j Job) NotifyUser(ctx context.Context, eventType string, data any) {
+	if j.notify != nil {
+		j.notify(ctx, catalog.RealtimeUserNotify, eventType, data)
+	}
+}
+
+func (w *Worker) guard(consumer string, t catalog.Type, vh VersionHandler, maxAttempts int) catalog.Handler {
+	return func(ctx context.Context, d catalog.Delivery) error {
+		log := w.cfg.Logger.With(d.Attrs()...)
+		id := d.Envelope.MessageID
+		// The idempotency check: the spec's processed_messages insert.
+		if err := w.cfg.Inbox.Process(ctx, consumer, id, func(context.Context) error { return nil }); err != nil {
+			return err // duplicate → acknowledged by Observe; else retried
+		}
+		unmark := func(why string) {
+			if err := w.cfg.Inbox.Unmark(context.WithoutCancel(ctx), consumer, id); err != nil {
+				log.ErrorContext(ctx, "stackup: inbox unmark failed; a redrive of this message would be skipped",
+					slog.String("because", why), slog.Any("error", err))
+			}
+		}
+		job := Job{Envelope: d.Envelope, notify: func(nctx context.Context, mt, ev string, data any) { w.notify(nctx, d, mt, ev, data) }}
+
+		result, perr := run(ctx, vh, job, d.Payload)
+		if perr == nil {
+			if err := w.publish(ctx, t.Callback, d, result); err != nil {
+				unmark("success callback not published")
+				// §5.11: never reported as FAILED; the original error, to the DLQ.
+				return failure.AsPermanent(fmt.Errorf("publish %s success callback (work done, not reported as FAILED): %w", t.Callback, err))
+			}
+			log.InfoContext(ctx, "stackup request done, callback published", slog.String("callback", t.Callback))
+			return nil
+		}
+		if ctx.Err() != nil {
+			unmark("shutdown")
+			return perr
+		}
+		var de *DomainError
+		isDomain := errors.As(perr, &de)
+		if vh.Direct && !isDomain {
+			unmark("error without a callback")
+			return perr
+		}
+		if retryable(perr) && middleware.Attempt(ctx) < maxAttempts {
+			unmark("retrying")
+			return perr
+		}
+		sig := Signal(t.Name, perr)
+		if err := w.publish(ctx, t.Callback, d, vh.Failed(d.Payload, sig)); err != nil {
+			unmark("FAILED callback not published")
+			return failure.AsPermanent(fmt.Errorf("publish %s FAILED callback (%w) after: %w", t.Callback, err, perr))
+		}
+		log.WarnContext(ctx, "stackup request failed, FAILED callback published",
+			slog.String("callback", t.Callback), slog.String("error_code", sig.Code),
+			slog.Bool("retriable", sig.Retriable), slog.Any("error", perr))
+		return nil
+	}
+}
+
+var errPanic = errors.New("processor panicked")
+
+// retryable reports a failure worth another in-process attempt (§6 row 1:
+// a transient outage). A domain error, output off the schema (the same
+// prompt fails the same way) and a panic are answered at once.
+func retryable(err error) bool {
+	var de *DomainError
+	return !errors.As(err, &de) && !errors.Is(err, errPanic) && !schemaInvalid(err) && failure.Of(err) == failure.Transient
+}
+
+func schemaInvalid(err error) bool {
+	return errors.Is(err, ErrSchemaInvalid) || errors.Is(err, llm.ErrInvalidOutput)
+}
+
+// run calls the processor; a panic becomes an error (UNEXPECTED), so that it
+// too ends in a FAILED callback.
+func run(ctx context.Context, vh VersionHandler, job Job, req catalog.Payload) (res catalog.Payload, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %v\n%s", errPanic, r, debug.Stack())
+		}
+	}()
+	return vh.Process(ctx, job, req)
+}
+
+func (w *Worker) publish(ctx context.Context, messageType string, d catalog.Delivery, p catalog.Payload) error {
+	msg, topic, err := w.cfg.Catalog.Encode(ctx, catalog.Outgoing{
+		Type: messageType, Publisher: envelope.PublisherAI, Payload: p, Context: d.Envelope.Context,
+		TraceID: d.Envelope.TraceID, CorrelationID: d.Envelope.MessageID,
+	})
+	if err != nil {
+		return err
+	}
+	if err := w.cfg.Publisher.Publish(topic, msg); err != nil {
+		return fmt.Errorf("publish %s: %w", topic, err)
+	}
+	return nil
+}
+
+func (w *Worker) notify(ctx context.Context, d catalog.Delivery, messageType, eventType string, data any) {
+	raw, err := jsonRaw(data)
+	if err == nil {
+		var msg *message.Message
+		var topic string
+		msg, topic, err = w.cfg.Catalog.Encode(ctx, catalog.Outgoing{
+			Type: messageType, Publisher: envelope.PublisherAI, Payload: &catalog.NotifyV1{EventType: eventType, Data: raw},
+			Context: d.Envelope.Context, TraceID: d.Envelope.TraceID,
+		})
+		if err == nil {
+			err = w.cfg.Publisher.Publish(topic, msg)
+		}
+	}
+	if err != nil {
+		w.cfg.Logger.WarnContext(ctx, "stackup progress notification not published (ignored)",
+			append(d.Attrs(), slog.String("event_type", eventType), slog.Any("error", err))...)
+	}
+}
+
+// Signal classifies a processor error into the FAILED callback's errorCode,
+// retriable and errorMessage (§5.7, §5.11, §6).
+func Signal(messageType string, err error) FailureSignal {
+	sig := FailureSignal{Message: ErrorMessage(err)}
+	var de *DomainError
+	switch {
+	case errors.As(err, &de):
+		sig.Code, sig.Retriable = de.Code, de.Retriable
+	case schemaInvalid(err):
+		sig.Code, sig.Retriable = catalog.ErrGenerationSchemaInvalid, false
+	case errors.Is(err, errPanic), messageType == catalog.GenerateFeedback:
+		// §5.11: anything else in feedback is UNEXPECTED, retriable.
+		sig.Code, sig.Retriable = catalog.ErrUnexpected, true
+	case messageType == catalog.GenerateQuestions, messageType == catalog.GenerateFollowup:
+		sig.Code, sig.Retriable = catalog.ErrGenerationFailed, failure.Of(err) != failure.Permanent
+	default:
+		sig.Code, sig.Retriable = catalog.ErrUnexpected, failure.Of(err) != failure.Permanent
+	}
+	return sig
+}
+
+// ErrorMessage renders err as the spec's "ExcType: msg", at most
+// MaxErrorMessage characters. ExcType is the Go type of the most specific
+// error in the chain (wrappers skipped); a DomainError names its own.
+func ErrorMessage(err error) string {
+	if err == nil {
+		return ""
+	}
+	s := excType(err) + ": " + err.Error()
+	if utf8.RuneCountInString(s) <= MaxErrorMessage {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:MaxErrorMessage])
+}
+
+func excType(err error) string {
+	var de *DomainError
+	if errors.As(err, &de) && de.Type != "" {
+		return de.Type
+	}
+	name := "Error"
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		t := reflect.TypeOf(e)
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		switch {
+		case t.PkgPath() == "fmt", t.PkgPath() == "errors",
+			t.PkgPath() == "github.com/eventpipe/eventpipe/app/failure":
+			// Wrappers and plain errors.New say nothing of the kind.
+		default:
+			name = t.Name()
+		}
+	}
+	return name
+}

@@ -1,0 +1,428 @@
+// Package catalog is the StackUp message catalog (rabbitmq-messaging-contract
+// §5): every message type — the Core → AI requests, the AI → Core callbacks
+// and the realtime notifications — with its exchange, its queue, its payload
+// schema per version and that schema's validation.
+//
+// A payload is decoded leniently by consumers (unknown fields ignored, §7)
+// and strictly for publishers (ValidateStrict, Encode: unknown fields and
+// §5.2 secrets refused). The envelope itself is package envelope's.
+package catalog
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/handlers/stackup/envelope"
+)
+
+// Exchanges of §1.
+const (
+	ExchangeCoreToAI = "stackup.core-to-ai"
+	ExchangeAIToCore = "stackup.ai-to-core"
+	ExchangeRealtime = "stackup.realtime"
+)
+
+// Message types (= routing keys, §2).
+const (
+	AnalyzeResume          = "analyze.resume"
+	AnalyzeRepository      = "analyze.repository"
+	AnalyzeCoverLetter     = "analyze.cover_letter"
+	AnalyzeWeb             = "analyze.web"
+	GenerateQuestions      = "generate.questions"
+	GenerateFollowup       = "generate.followup"
+	GenerateFeedback       = "generate.feedback"
+	AnalyzeVoice           = "analyze.voice"
+	GenerateTTS            = "generate.tts"
+	CallbackAnalysis       = "callback.analysis"
+	CallbackQuestions      = "callback.questions"
+	CallbackFeedback       = "callback.feedback"
+	CallbackVoice          = "callback.voice"
+	CallbackTTS            = "callback.tts"
+	RealtimeSessionNotify  = "realtime.session.notify"
+	RealtimeUserNotify     = "realtime.user.notify"
+	RealtimeDocumentNotify = "realtime.document.notify"
+)
+
+// V1 is the version every §5 schema has today.
+const V1 = "v1"
+
+// Kind is what a message type is for.
+type Kind int
+
+// The kinds.
+const (
+	Request Kind = iota
+	Callback
+	Realtime
+)
+
+// String names the kind.
+func (k Kind) String() string {
+	switch k {
+	case Request:
+		return "request"
+	case Callback:
+		return "callback"
+	default:
+		return "realtime"
+	}
+}
+
+// Payload is a decoded payload of one message type and version.
+type Payload interface {
+	// Validate checks the payload's own rules; env gives the context ids
+	// some types require (realtime notifications).
+	Validate(env envelope.Envelope) error
+}
+
+// Schema is one version of a message type's payload.
+type Schema struct {
+	Version string
+	// New returns a pointer to an empty payload to decode into.
+	New func() Payload
+}
+
+// Type is one message type of the catalog.
+type Type struct {
+	// Name is the messageType and the routing key.
+	Name     string
+	Kind     Kind
+	Exchange string
+	// Queue is the work queue the routing key reaches (§1).
+	Queue string
+	// Callback is the callback type a request is answered with ("" for
+	// callbacks and notifications).
+	Callback string
+	// Versions maps a version to its schema.
+	Versions map[string]Schema
+}
+
+// Topic is where a message of this type is published: "<exchange>/<key>",
+// routed by the topology's bindings on every broker.
+func (t Type) Topic() string { return t.Exchange + "/" + t.Name }
+
+// Catalog is a set of message types. The zero value is empty; Default is
+// §5's.
+type Catalog struct {
+	types map[string]Type
+}
+
+// Default returns the catalog of §5: every type at v1. The §7 procedure
+// adds a v2 with With while v1 is still handled.
+func Default() Catalog {
+	c := Catalog{types: map[string]Type{}}
+	add := func(name string, kind Kind, exchange, queue, callback string, newPayload func() Payload) {
+		c.types[name] = Type{Name: name, Kind: kind, Exchange: exchange, Queue: queue, Callback: callback,
+			Versions: map[string]Schema{V1: {Version: V1, New: newPayload}}}
+	}
+	add(AnalyzeResume, Request, ExchangeCoreToAI, "ai.analyze.resume", CallbackAnalysis, func() Payload { return &AnalyzeResumeV1{} })
+	add(AnalyzeRepository, Request, ExchangeCoreToAI, "ai.analyze.repository", CallbackAnalysis, func() Payload { return &AnalyzeRepositoryV1{} })
+	add(AnalyzeCoverLetter, Request, ExchangeCoreToAI, "ai.analyze.cover_letter", CallbackAnalysis, func() Payload { return &AnalyzeCoverLetterV1{} })
+	add(AnalyzeWeb, Request, ExchangeCoreToAI, "ai.analyze.web", CallbackAnalysis, func() Payload { return &AnalyzeWebV1{} })
+	add(GenerateQuestions, Request, ExchangeCoreToAI, "ai.generate.questions", CallbackQuestions, func() Payload { return &GenerateQuestionsV1{} })
+	add(GenerateFollowup, Request, ExchangeCoreToAI, "ai.generate.followup", CallbackQuestions, func() Payload { return &GenerateFollowupV1{} })
+	add(GenerateFeedback, Request, ExchangeCoreToAI, "ai.generate.feedback", CallbackFeedback, func() Payload { return &GenerateFeedbackV1{} })
+	add(AnalyzeVoice, Request, ExchangeCoreToAI, "ai.analyze.voice", CallbackVoice, func() Payload { return &AnalyzeVoiceV1{} })
+	add(GenerateTTS, Request, ExchangeCoreToAI, "ai.generate.tts", CallbackTTS, func() Payload { return &GenerateTTSV1{} })
+	add(CallbackAnalysis, Callback, ExchangeAIToCore, "core.callback.analysis", "", func() Payload { return &AnalysisCallbackV1{} })
+	add(CallbackQuestions, Callback, ExchangeAIToCore, "core.callback.questions", "", func() Payload { return &QuestionsCallbackV1{} })
+	add(CallbackFeedback, Callback, ExchangeAIToCore, "core.callback.feedback", "", func() Payload { return &FeedbackCallbackV1{} })
+	add(CallbackVoice, Callback, ExchangeAIToCore, "core.callback.voice", "", func() Payload { return &VoiceCallbackV1{} })
+	add(CallbackTTS, Callback, ExchangeAIToCore, "core.callback.tts", "", func() Payload { return &TTSCallbackV1{} })
+	for _, n := range []string{RealtimeSessionNotify, RealtimeUserNotify, RealtimeDocumentNotify} {
+		add(n, Realtime, ExchangeRealtime, "q.realtime.session.notify", "", func() Payload { return &NotifyV1{} })
+	}
+	return c
+}
+
+// With returns a copy of c in which messageType also has schema s (a new
+// version, §7 step 2). The type must exist.
+func (c Catalog) With(messageType string, s Schema) (Catalog, error) {
+	t, ok := c.types[messageType]
+	if !ok {
+		return Catalog{}, fmt.Errorf("catalog: unknown message type %q", messageType)
+	}
+	if s.Version == "" || s.New == nil {
+		return Catalog{}, fmt.Errorf("catalog: %s: a schema needs a version and New", messageType)
+	}
+	out := Catalog{types: maps.Clone(c.types)}
+	t.Versions = maps.Clone(t.Versions)
+	t.Versions[s.Version] = s
+	out.types[messageType] = t
+	return out, nil
+}
+
+// IsZero reports an empty catalog (the zero value).
+func (c Catalog) IsZero() bool { return len(c.types) == 0 }
+
+// Type returns the message type named name.
+func (c Catalog) Type(name string) (Type, bool) {
+	t, ok := c.types[name]
+	return t, ok
+}
+
+// Types returns every type, sorted by name.
+func (c Catalog) Types() []Type {
+	out := make([]Type, 0, len(c.types))
+	for _, n := range slices.Sorted(maps.Keys(c.types)) {
+		out = append(out, c.types[n])
+	}
+	return out
+}
+
+// ByQueue returns the types whose routing key reaches queue, sorted.
+func (c Catalog) ByQueue(queue string) []Type {
+	var out []Type
+	for _, t := range c.Types() {
+		if t.Queue == queue {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// UnknownTypeError is a messageType the catalog does not have.
+type UnknownTypeError struct{ MessageType string }
+
+// Error implements error.
+func (e *UnknownTypeError) Error() string {
+	return fmt.Sprintf("stackup catalog: unknown messageType %q", e.MessageType)
+}
+
+// NoVersionError is a version of a known type without a schema (or, for a
+// consumer, without a handler).
+type NoVersionError struct{ MessageType, Version string }
+
+// Error implements error.
+func (e *NoVersionError) Error() string {
+	return fmt.Sprintf("stackup catalog: %s version %q has no handler", e.MessageType, e.Version)
+}
+
+// Schema returns the schema of env's type and version. Errors are permanent.
+func (c Catalog) Schema(messageType, version string) (Type, Schema, error) {
+	t, ok := c.types[messageType]
+	if !ok {
+		return Type{}, Schema{}, failure.AsPermanent(&UnknownTypeError{MessageType: messageType})
+	}
+	s, ok := t.Versions[version]
+	if !ok {
+		return Type{}, Schema{}, failure.AsPermanent(&NoVersionError{MessageType: messageType, Version: version})
+	}
+	return t, s, nil
+}
+
+// PayloadError is a payload that does not decode or validate.
+type PayloadError struct {
+	MessageType, Version string
+	Err                  error
+}
+
+// Error implements error.
+func (e *PayloadError) Error() string {
+	return fmt.Sprintf("stackup %s %s payload: %v", e.MessageType, e.Version, e.Err)
+}
+
+// Unwrap returns the decode or validation error.
+func (e *PayloadError) Unwrap() error { return e.Err }
+
+// DecodePayload decodes env's payload leniently by its type and version
+// (§7: unknown fields ignored) and validates it. Every error is permanent.
+func (c Catalog) DecodePayload(env envelope.Envelope) (Payload, error) {
+	_, s, err := c.Schema(env.MessageType, env.Version)
+	if err != nil {
+		return nil, err
+	}
+	p := s.New()
+	if err := json.Unmarshal(env.Payload, p); err != nil {
+		return nil, failure.AsPermanent(&PayloadError{MessageType: env.MessageType, Version: env.Version, Err: err})
+	}
+	if err := p.Validate(env); err != nil {
+		return nil, failure.AsPermanent(&PayloadError{MessageType: env.MessageType, Version: env.Version, Err: err})
+	}
+	return p, nil
+}
+
+// ValidateStrict checks an encoded envelope the way a publisher of ours
+// must write it: a strict envelope (envelope.DecodeStrict), a known type and
+// version, a payload without unknown fields that validates, and no field the
+// §5.2 secrets rule forbids, anywhere.
+func (c Catalog) ValidateStrict(data []byte) error {
+	if err := CheckNoSecrets(data); err != nil {
+		return err
+	}
+	env, err := envelope.DecodeStrict(data)
+	if err != nil {
+		return err
+	}
+	_, s, err := c.Schema(env.MessageType, env.Version)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(env.Payload))
+	dec.DisallowUnknownFields()
+	p := s.New()
+	if err := dec.Decode(p); err != nil {
+		return failure.AsPermanent(&PayloadError{MessageType: env.MessageType, Version: env.Version, Err: err})
+	}
+	if err := p.Validate(env); err != nil {
+		return failure.AsPermanent(&PayloadError{MessageType: env.MessageType, Version: env.Version, Err: err})
+	}
+	return nil
+}
+
+// Outgoing is one message of ours to publish.
+type Outgoing struct {
+	Type      string
+	Version   string // V1 when empty
+	Publisher string
+	Payload   Payload
+	Context   envelope.Context
+	// TraceID continues the request's trace; a new one when empty.
+	TraceID string
+	// CorrelationID is the request's messageId, on a callback (§3).
+	CorrelationID string
+	// Now stamps publishedAt; time.Now when zero.
+	Now time.Time
+}
+
+// Encode builds the envelope of o (a new UUID v4 messageId), checks it with
+// ValidateStrict and returns the message and the topic to publish it to
+// ("<exchange>/<messageType>").
+func (c Catalog) Encode(ctx context.Context, o Outgoing) (*message.Message, string, error) {
+	t, ok := c.types[o.Type]
+	if !ok {
+		return nil, "", &UnknownTypeError{MessageType: o.Type}
+	}
+	if o.Version == "" {
+		o.Version = V1
+	}
+	if o.Now.IsZero() {
+		o.Now = time.Now()
+	}
+	if o.TraceID == "" {
+		o.TraceID = newTraceID()
+	}
+	payload, err := json.Marshal(o.Payload)
+	if err != nil {
+		return nil, "", fmt.Errorf("encode %s payload: %w", o.Type, err)
+	}
+	env := envelope.Envelope{
+		MessageID: envelope.NewID(), MessageType: o.Type, Version: o.Version, TraceID: o.TraceID,
+		PublishedAt: envelope.Now(o.Now), Publisher: o.Publisher, Payload: payload, Context: o.Context,
+	}
+	body, err := json.Marshal(env)
+	if err != nil {
+		return nil, "", fmt.Errorf("encode %s: %w", o.Type, err)
+	}
+	if err := c.ValidateStrict(body); err != nil {
+		return nil, "", fmt.Errorf("encode %s: refused: %w", o.Type, err)
+	}
+	msg, err := envelope.Marshal(ctx, env, o.CorrelationID)
+	if err != nil {
+		return nil, "", err
+	}
+	return msg, t.Topic(), nil
+}
+
+// SecretError is a field §5.2 forbids in an envelope ("envelope에는 비밀이
+// 절대 포함되지 않는다"). Only the field's path is kept, never its value.
+type SecretError struct{ Path string }
+
+// Error implements error; it names the field, never its value.
+func (e *SecretError) Error() string {
+	return fmt.Sprintf("stackup envelope: field %s looks like a secret, which §5.2 forbids in an envelope", e.Path)
+}
+
+// secretWords are field-name fragments that name credentials. The spec's
+// own retired field (githubAccessTokenEncrypted) is caught by "token".
+var secretWords = []string{"token", "secret", "password", "passwd", "apikey", "api_key", "credential", "privatekey", "private_key"}
+
+// IsSecretField reports whether a JSON key names a credential.
+func IsSecretField(key string) bool {
+	k := strings.ToLower(key)
+	for _, w := range secretWords {
+		if strings.Contains(k, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckNoSecrets walks a JSON document and returns a permanent *SecretError
+// for the first key that names a credential. A document that does not
+// decode is left to the decoder's error.
+func CheckNoSecrets(data []byte) error {
+	var v any
+	if json.Unmarshal(data, &v) != nil {
+		return nil
+	}
+	if p := findSecret(v, "$"); p != "" {
+		return failure.AsPermanent(&SecretError{Path: p})
+	}
+	return nil
+}
+
+// SecretFields returns the paths of every key naming a credential (for a
+// consumer's warning: the names are logged, the values never).
+func SecretFields(data []byte) []string {
+	var v any
+	if json.Unmarshal(data, &v) != nil {
+		return nil
+	}
+	var out []string
+	walkSecrets(v, "$", func(p string) { out = append(out, p) })
+	return out
+}
+
+func findSecret(v any, path string) string {
+	found := ""
+	walkSecrets(v, path, func(p string) {
+		if found == "" {
+			found = p
+		}
+	})
+	return found
+}
+
+func walkSecrets(v any, path string, hit func(string)) {
+	switch x := v.(type) {
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(x)) {
+			p := path + "." + k
+			if IsSecretField(k) {
+				hit(p)
+			}
+			walkSecrets(x[k], p, hit)
+		}
+	case []any:
+		for i, e := range x {
+			walkSecrets(e, fmt.Sprintf("%s[%d]", path, i), hit)
+		}
+	}
+}
+
+func newTraceID() string {
+	return strings.ReplaceAll(envelope.NewID(), "-", "")
+}
+
+// problems collects validation problems into one error.
+type problems []string
+
+func (p *problems) add(format string, args ...any) { *p = append(*p, fmt.Sprintf(format, args...)) }
+
+func (p problems) err() error {
+	if len(p) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(p, "; "))
+}
