@@ -80,6 +80,20 @@ type PartialPublishError interface {
 	FailedUUIDs() []string
 }
 
+// Keys that order and deduplicate messages on brokers that can (SQS FIFO
+// queues: MessageGroupId and MessageDeduplicationId).
+const (
+	// GroupIDKey names the group a message is ordered within (the booking
+	// spec's booking session id).
+	GroupIDKey = "x-group-id"
+	// OrderingKeyKey is the outbox's per-aggregate ordering key; on a FIFO
+	// queue it is the group when GroupIDKey is absent.
+	OrderingKeyKey = "x-ordering-key"
+	// DeduplicationIDKey overrides the deduplication id, which is otherwise
+	// the message id (the event id).
+	DeduplicationIDKey = "x-dedup-id"
+)
+
 // MaxPayloadBytes is the largest message body eventpipe accepts on any broker:
 // SQS's limit (1 MiB), applied everywhere so that the same code behaves the same
 // on every broker. Larger payloads need a claim check.

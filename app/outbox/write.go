@@ -17,7 +17,7 @@ import (
 // OrderingKeyMetadata is the metadata key whose value, when set on a message
 // given to Write, becomes the row's ordering key (see the package doc, Order).
 // The key stays in the message's metadata, so it is published too.
-const OrderingKeyMetadata = "x-ordering-key"
+const OrderingKeyMetadata = broker.OrderingKeyKey
 
 // Table is the outbox table of one schema. The zero value is the default
 // schema's.

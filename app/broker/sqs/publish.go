@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -108,6 +109,14 @@ func (p *PubSub) Publish(topic string, msgs ...*message.Message) error {
 			MessageBody:       m.Body,
 			MessageAttributes: m.MessageAttributes,
 		}
+		if isFIFO(topic) {
+			group, dedup, err := fifoIDs(msg)
+			if err != nil {
+				return fmt.Errorf("publish %s: %w", topic, err)
+			}
+			entries[i].MessageGroupId = aws.String(group)
+			entries[i].MessageDeduplicationId = aws.String(dedup)
+		}
 	}
 
 	ctx := msgs[0].Context()
@@ -188,4 +197,35 @@ func (p *PubSub) sendBatch(ctx context.Context, queueURL string, entries []types
 		}
 	}
 	return failed
+}
+
+// isFIFO reports whether queue is a FIFO queue: SQS requires the suffix.
+func isFIFO(queue string) bool { return strings.HasSuffix(queue, ".fifo") }
+
+// fifoDedupID is what SQS accepts as a MessageDeduplicationId: 1..128
+// printable ASCII characters.
+var fifoDedupID = regexp.MustCompile(`^[!-~]{1,128}$`)
+
+// fifoIDs returns the message group and deduplication ids of msg for a FIFO
+// queue: the group from broker.GroupIDKey, else broker.OrderingKeyKey (the
+// outbox's per-aggregate order); the deduplication id from
+// broker.DeduplicationIDKey, else the message id — the event id, so that a
+// relay publishing an event twice within SQS's five-minute window stores it
+// once.
+func fifoIDs(msg *message.Message) (group, dedup string, err error) {
+	group = msg.Metadata.Get(broker.GroupIDKey)
+	if group == "" {
+		group = msg.Metadata.Get(broker.OrderingKeyKey)
+	}
+	if !fifoDedupID.MatchString(group) {
+		return "", "", &InvalidMessageError{MessageUUID: msg.UUID, Reason: fmt.Sprintf("a FIFO queue needs a message group id (metadata %s or %s) of 1..128 printable ASCII characters, got %q", broker.GroupIDKey, broker.OrderingKeyKey, group)}
+	}
+	dedup = msg.Metadata.Get(broker.DeduplicationIDKey)
+	if dedup == "" {
+		dedup = msg.UUID
+	}
+	if !fifoDedupID.MatchString(dedup) {
+		return "", "", &InvalidMessageError{MessageUUID: msg.UUID, Reason: fmt.Sprintf("deduplication id %q: want 1..128 printable ASCII characters", dedup)}
+	}
+	return group, dedup, nil
 }

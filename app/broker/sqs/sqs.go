@@ -184,7 +184,12 @@ func (p *PubSub) queueURL(ctx context.Context, topic string, create bool) (strin
 	if !create {
 		return "", &QueueNotFoundError{Topic: topic, Queue: name}
 	}
-	out, err := p.client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)})
+	in := &sqs.CreateQueueInput{QueueName: aws.String(name)}
+	if isFIFO(name) {
+		// SQS refuses a .fifo name without the attribute.
+		in.Attributes = map[string]string{string(types.QueueAttributeNameFifoQueue): "true"}
+	}
+	out, err := p.client.CreateQueue(ctx, in)
 	if err != nil {
 		// Created meanwhile with other attributes: it exists, which is all
 		// this call promises.
