@@ -33,8 +33,8 @@ import (
 	"github.com/eventpipe/eventpipe/app/dbtx/dbtest"
 	"github.com/eventpipe/eventpipe/app/failure"
 	"github.com/eventpipe/eventpipe/app/inbox"
-	"github.com/eventpipe/eventpipe/app/testbrokers"
 	"github.com/eventpipe/eventpipe/app/route"
+	"github.com/eventpipe/eventpipe/app/testbrokers"
 	"github.com/eventpipe/eventpipe/middleware"
 )
 

@@ -14,8 +14,8 @@ import (
 	"github.com/eventpipe/eventpipe/app"
 	"github.com/eventpipe/eventpipe/app/broker/brokertest"
 	"github.com/eventpipe/eventpipe/app/failure"
-	"github.com/eventpipe/eventpipe/app/testbrokers"
 	"github.com/eventpipe/eventpipe/app/route"
+	"github.com/eventpipe/eventpipe/app/testbrokers"
 )
 
 // A message dead-lettered by its route can be inspected in place, then

@@ -14,9 +14,9 @@ import (
 
 	"github.com/eventpipe/eventpipe/app"
 	"github.com/eventpipe/eventpipe/app/broker/brokertest"
+	"github.com/eventpipe/eventpipe/app/outbox"
 	"github.com/eventpipe/eventpipe/app/testbrokers"
 	"github.com/eventpipe/eventpipe/app/testenv"
-	"github.com/eventpipe/eventpipe/app/outbox"
 	"github.com/eventpipe/eventpipe/config"
 )
 
