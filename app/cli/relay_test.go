@@ -14,8 +14,8 @@ import (
 
 	"github.com/eventpipe/eventpipe/app/cli"
 	"github.com/eventpipe/eventpipe/app/dbtx/dbtest"
-	"github.com/eventpipe/eventpipe/app/testenv"
 	"github.com/eventpipe/eventpipe/app/outbox"
+	"github.com/eventpipe/eventpipe/app/testenv"
 )
 
 // `eventpipe relay` publishes the outbox to the configured broker (memory

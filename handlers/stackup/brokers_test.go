@@ -15,7 +15,6 @@ import (
 
 var brokerKinds = []string{"memory", "rabbitmq", "sqs", "postgres"}
 
-
 // newRouted connects to the broker kind, isolated for this test, and returns
 // it with the publisher that routes "<exchange>/<key>" by top, as the service
 // does, and the AMQP URL of the test's vhost on RabbitMQ ("" elsewhere).
