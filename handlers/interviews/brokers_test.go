@@ -8,14 +8,12 @@ import (
 
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/testbrokers"
-	"github.com/eventpipe/eventpipe/app/testenv"
 )
 
 type brokerKind = testbrokers.Kind
 
 var brokerKinds = testbrokers.Kinds
 
-func postgresDSN(t testing.TB) string { return testenv.PostgresDSN(t) }
 
 func newBroker(t *testing.T, kind string) broker.PubSub {
 	t.Helper()
