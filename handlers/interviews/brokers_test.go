@@ -14,7 +14,6 @@ type brokerKind = testbrokers.Kind
 
 var brokerKinds = testbrokers.Kinds
 
-
 func newBroker(t *testing.T, kind string) broker.PubSub {
 	t.Helper()
 	return testbrokers.New(t, kind, testbrokers.Scope(t, kind))
