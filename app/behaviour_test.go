@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"slices"
@@ -21,12 +20,10 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
-	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/eventpipe/eventpipe/app"
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/broker/brokertest"
 	"github.com/eventpipe/eventpipe/app/dbtx"
@@ -105,47 +102,14 @@ func (e *effects) waitFor(t *testing.T, id string, timeout time.Duration, what s
 // startRoute runs one route on ps until the test ends or stop is called.
 func startRoute(t *testing.T, ps broker.PubSub, r route.Route) (stop func()) {
 	t.Helper()
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
-	require.NoError(t, err)
-	deps := middleware.Deps{
-		Logger:    slog.New(slog.DiscardHandler),
-		Metrics:   middleware.NewMetrics(prometheus.NewRegistry()),
-		Publisher: ps,
-		NackDelay: app.NacksWithDelay(ps),
-	}
-	require.NoError(t, app.AddRoute(router, ps, deps, r))
-	done := make(chan error, 1)
-	go func() { done <- router.Run(context.Background()) }()
-	select {
-	case <-router.Running():
-	case err := <-done:
-		t.Fatalf("router: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("router did not start")
-	}
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			_ = router.Close()
-			<-done
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	return testbrokers.StartRoutes(t, ps, nil, nil, r)
 }
 
 // subscribeDLQ starts consuming the dead-letter queue before anything can be
 // dead-lettered (the embedded broker keeps nothing for absent subscribers).
 func subscribeDLQ(t *testing.T, ps broker.PubSub, dlq string) <-chan *message.Message {
 	t.Helper()
-	if init, ok := ps.(message.SubscribeInitializer); ok {
-		require.NoError(t, init.SubscribeInitialize(dlq))
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	msgs, err := ps.Subscribe(ctx, dlq)
-	require.NoError(t, err)
-	return msgs
+	return testbrokers.Subscribe(t, ps, dlq)
 }
 
 func publish(t *testing.T, ps broker.PubSub, queue string, msgs ...*message.Message) {

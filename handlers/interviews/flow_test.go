@@ -20,15 +20,14 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/eventpipe/eventpipe/app"
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/dbtx/dbtest"
 	"github.com/eventpipe/eventpipe/app/outbox"
 	"github.com/eventpipe/eventpipe/app/route"
+	"github.com/eventpipe/eventpipe/app/testbrokers"
 	"github.com/eventpipe/eventpipe/handlers/interviews"
 	"github.com/eventpipe/eventpipe/middleware"
 )
@@ -235,39 +234,12 @@ func (w tWriter) Write(p []byte) (int, error) {
 
 func startRoutes(t *testing.T, ps broker.PubSub, logger *slog.Logger, routes ...route.Route) {
 	t.Helper()
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
-	require.NoError(t, err)
-	deps := middleware.Deps{
-		Logger:    logger,
-		Metrics:   middleware.NewMetrics(prometheus.NewRegistry()),
-		Publisher: ps,
-		NackDelay: app.NacksWithDelay(ps),
-	}
-	for _, r := range routes {
-		require.NoError(t, app.AddRoute(router, ps, deps, r))
-	}
-	done := make(chan error, 1)
-	go func() { done <- router.Run(context.Background()) }()
-	select {
-	case <-router.Running():
-	case err := <-done:
-		t.Fatalf("router: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("router did not start")
-	}
-	t.Cleanup(func() { _ = router.Close(); <-done })
+	testbrokers.StartRoutes(t, ps, nil, logger, routes...)
 }
 
 func subscribe(t *testing.T, ps broker.PubSub, queue string) <-chan *message.Message {
 	t.Helper()
-	if init, ok := ps.(message.SubscribeInitializer); ok {
-		require.NoError(t, init.SubscribeInitialize(queue))
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	msgs, err := ps.Subscribe(ctx, queue)
-	require.NoError(t, err)
-	return msgs
+	return testbrokers.Subscribe(t, ps, queue)
 }
 
 var substantive = []interviews.QA{

@@ -10,17 +10,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/eventpipe/eventpipe/app"
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/dbtx/dbtest"
 	"github.com/eventpipe/eventpipe/app/inbox"
 	"github.com/eventpipe/eventpipe/app/outbox"
 	"github.com/eventpipe/eventpipe/app/route"
+	"github.com/eventpipe/eventpipe/app/testbrokers"
 	"github.com/eventpipe/eventpipe/app/topology"
 	"github.com/eventpipe/eventpipe/handlers/stackup"
 	"github.com/eventpipe/eventpipe/handlers/stackup/aiworker"
@@ -310,25 +308,14 @@ func newFixture(t *testing.T, kind string, opts fixtureOptions) *fixture {
 // (app.AddRoute), each passed through wrap first, until the test ends.
 func startRoutes(t *testing.T, ps broker.PubSub, h *stackup.Handlers, wrap ...func(route.Route) route.Route) {
 	t.Helper()
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
-	require.NoError(t, err)
-	deps := middleware.Deps{Logger: testLogger, Metrics: middleware.NewMetrics(prometheus.NewRegistry()), Publisher: ps, NackDelay: app.NacksWithDelay(ps)}
+	var routes []route.Route
 	for _, r := range h.Routes() {
 		for _, w := range wrap {
 			r = w(r)
 		}
-		require.NoError(t, app.AddRoute(router, ps, deps, r))
+		routes = append(routes, r)
 	}
-	done := make(chan error, 1)
-	go func() { done <- router.Run(context.Background()) }()
-	select {
-	case <-router.Running():
-	case err := <-done:
-		t.Fatalf("router: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("router did not start")
-	}
-	t.Cleanup(func() { _ = router.Close(); <-done })
+	testbrokers.StartRoutes(t, ps, nil, testLogger, routes...)
 }
 
 var idSeq atomic.Int64
