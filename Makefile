@@ -11,7 +11,7 @@ GOLANGCI_VERSION := v2.15.0
 TEST_TIMEOUT ?= 30m
 COMPOSE   := docker compose -f compose/docker-compose.yml
 
-.PHONY: definitions all build run test test-short services services-stop lint fmt up down clean help
+.PHONY: definitions all build run test test-short services services-stop chromium lint fmt up down clean help
 
 all: build
 
@@ -24,7 +24,8 @@ build: ## build bin/eventpipe
 run: build ## run the demo on the embedded memory broker (no services needed); Ctrl-C to stop
 	EVENTPIPE_CONFIG= EVENTPIPE_BROKER=memory EVENTPIPE_DEMO_ENABLED=true \
 		EVENTPIPE_INTERVIEWS_ENABLED=true EVENTPIPE_INTERVIEWS_SAMPLE_TRAFFIC=true \
-		EVENTPIPE_STACKUP_ENABLED=true EVENTPIPE_STACKUP_SAMPLE_INTERVAL=3s ./$(BIN) serve
+		EVENTPIPE_STACKUP_ENABLED=true EVENTPIPE_STACKUP_SAMPLE_INTERVAL=3s \
+		EVENTPIPE_REALTIME_TOKEN_SECRET=make-run-demo-secret-not-for-production-use ./$(BIN) serve
 
 services: ## make sure PostgreSQL, RabbitMQ and the SQS emulator are up (CI=true: only check PG/RabbitMQ)
 	.ci/services
@@ -33,7 +34,7 @@ services-stop: ## stop the SQS emulator started by `make services`
 	.ci/sqs-emulator stop
 
 # -count=1: results of tests that talk to services must never come from the cache.
-test: services ## run the whole test suite against the real services
+test: services chromium ## run the whole test suite against the real services
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 test-short: ## unit tests only, no services
@@ -58,6 +59,9 @@ bench: services ## benchmarks side by side with the raw clients, one table (BENC
 
 bench-quick: ## the quick pass of `make bench`
 	BENCH_QUICK=1 $(MAKE) bench
+
+chromium: ## make sure headless Chromium is installed (the realtime demo page's browser test)
+	.ci/chromium
 
 definitions: ## regenerate compose/rabbitmq/definitions.json from config/topology/*.yaml
 	$(GO) run ./app/cmd/eventpipe topology export $(addprefix -f ,$(sort $(wildcard config/topology/*.yaml))) > compose/rabbitmq/definitions.json

@@ -16,6 +16,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/broker/sqs"
 	"github.com/eventpipe/eventpipe/app/topology"
 	"github.com/eventpipe/eventpipe/config"
+	"github.com/eventpipe/eventpipe/handlers/realtime"
 )
 
 // NewBroker is the one factory of brokers: it builds the adapter broker.kind
@@ -78,6 +79,10 @@ func newAdapter(ctx context.Context, cfg config.Config, logger watermill.LoggerA
 			if declared, err = rabbitmq.NewDeclared(top, nil); err != nil {
 				return nil, backoff.Permanent(err)
 			}
+		}
+		if realtimeEnabled(cfg) && realtimeFanout(cfg) == "rabbitmq" {
+			// nil Fallback means plain durable queues.
+			declared = rabbitmq.InstanceFanout{Topics: []string{realtime.FanoutTopic}, Instance: realtimeInstance(cfg), Fallback: declared}
 		}
 		return rabbitmq.New(ctx, rabbitmq.Config{
 			Topology:        declared,

@@ -29,7 +29,9 @@ import (
 	"github.com/eventpipe/eventpipe/config"
 	"github.com/eventpipe/eventpipe/handlers/demo"
 	"github.com/eventpipe/eventpipe/handlers/interviews"
+	"github.com/eventpipe/eventpipe/handlers/realtime"
 	"github.com/eventpipe/eventpipe/handlers/stackup"
+	stackuprt "github.com/eventpipe/eventpipe/handlers/stackup/realtime"
 	"github.com/eventpipe/eventpipe/middleware"
 	"github.com/eventpipe/eventpipe/migrations"
 )
@@ -52,6 +54,10 @@ type Service struct {
 	interviews interviews.Store
 	// stackup is the StackUp contract's roles; nil when the spec is off.
 	stackup *stackup.Handlers
+	// realtime is the SSE server of the stackup realtime role; nil when off.
+	realtime         *realtime.Server
+	realtimeLn       net.Listener
+	closeRealtimeBus func()
 }
 
 // New connects to the broker (retrying while it is unreachable, until ctx
@@ -127,8 +133,22 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Service,
 			return nil, err
 		}
 	}
+	if realtimeEnabled(cfg) {
+		if s.realtime, s.closeRealtimeBus, err = newRealtime(ctx, cfg, ps, s.registry, logger); err != nil {
+			s.closeResources()
+			return nil, err
+		}
+		if s.realtimeLn, err = net.Listen("tcp", cfg.Realtime.Addr); err != nil {
+			s.closeResources()
+			return nil, fmt.Errorf("realtime: listen on %s: %w", cfg.Realtime.Addr, err)
+		}
+	}
 	if cfg.StackUp.Enabled {
-		if s.stackup, err = newStackUp(cfg, top, s.publisher, s.db, logger); err != nil {
+		var sink stackuprt.Sink
+		if s.realtime != nil {
+			sink = s.realtime.Sink()
+		}
+		if s.stackup, err = newStackUp(cfg, top, s.publisher, s.db, sink, logger); err != nil {
 			s.closeResources()
 			return nil, fmt.Errorf("spec stackup: %w", err)
 		}
@@ -178,6 +198,15 @@ func NacksWithDelay(ps broker.PubSub) bool {
 // Publisher is the service's broker, for producers running beside the router.
 func (s *Service) Publisher() message.Publisher { return s.publisher }
 
+// RealtimeAddr is the address the realtime SSE server listens on ("" when
+// the stackup realtime role is off).
+func (s *Service) RealtimeAddr() string {
+	if s.realtimeLn == nil {
+		return ""
+	}
+	return s.realtimeLn.Addr().String()
+}
+
 // AdminAddr is the address the admin server listens on ("" when disabled).
 func (s *Service) AdminAddr() string {
 	if s.admin == nil {
@@ -204,6 +233,25 @@ func (s *Service) Run(ctx context.Context) error {
 		s.logger.Info("admin server listening", slog.String("addr", s.AdminAddr()))
 	}
 
+	var realtimeSrv *http.Server
+	if s.realtime != nil {
+		// Subscribed to the fan-out bus before the router consumes anything.
+		if err := s.realtime.Start(ctx); err != nil {
+			s.shutdownAdmin(adminSrv)
+			s.closeResources()
+			return fmt.Errorf("realtime: %w", err)
+		}
+		// No WriteTimeout: streams are long; the handler sets a deadline
+		// per write.
+		realtimeSrv = &http.Server{Handler: s.realtime.Handler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
+		wg.Go(func() {
+			if err := realtimeSrv.Serve(s.realtimeLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.logger.Error("realtime server stopped", slog.Any("error", err))
+			}
+		})
+		s.logger.Info("realtime SSE server listening", slog.String("addr", s.realtimeLn.Addr().String()))
+	}
+
 	// The router runs on a context that shutdown does not cancel: cancelling
 	// it would cancel the in-flight messages too. Shutdown closes it instead.
 	routerErr := make(chan error, 1)
@@ -215,6 +263,7 @@ func (s *Service) Run(ctx context.Context) error {
 			slog.String("broker", s.cfg.Broker.Kind),
 			slog.Any("queues", s.routes.Queues()))
 	case err := <-routerErr:
+		s.shutdownRealtime(realtimeSrv)
 		s.shutdownAdmin(adminSrv)
 		s.closeResources()
 		return fmt.Errorf("router: %w", err)
@@ -269,6 +318,7 @@ func (s *Service) Run(ctx context.Context) error {
 
 	stopWorkers()
 	workers.Wait()
+	s.shutdownRealtime(realtimeSrv)
 	s.shutdownAdmin(adminSrv)
 	s.closeResources()
 	if runErr == nil {
@@ -308,6 +358,21 @@ func RunOutbox(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, pub m
 	}, logger)
 }
 
+// shutdownRealtime ends the SSE streams (Shutdown would wait for them
+// forever), then the server.
+func (s *Service) shutdownRealtime(srv *http.Server) {
+	if s.realtime == nil {
+		return
+	}
+	s.realtime.Close()
+	if srv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(ctx)
+}
+
 func (s *Service) shutdownAdmin(srv *http.Server) {
 	if srv == nil {
 		return
@@ -318,6 +383,12 @@ func (s *Service) shutdownAdmin(srv *http.Server) {
 }
 
 func (s *Service) closeResources() {
+	if s.realtimeLn != nil {
+		_ = s.realtimeLn.Close()
+	}
+	if s.closeRealtimeBus != nil {
+		defer s.closeRealtimeBus()
+	}
 	if err := s.broker.Close(); err != nil {
 		s.logger.Warn("broker close", slog.Any("error", err))
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/eventpipe/eventpipe/handlers/stackup"
 	"github.com/eventpipe/eventpipe/handlers/stackup/catalog"
 	"github.com/eventpipe/eventpipe/handlers/stackup/core"
+	stackuprt "github.com/eventpipe/eventpipe/handlers/stackup/realtime"
 )
 
 // spec is one of the specs eventpipe runs: whether the configuration enables
@@ -204,7 +205,9 @@ func Catalog() route.Set {
 // the outbox live in PostgreSQL when postgres.dsn is set (db non-nil; the relay
 // publishes the requests after commit), else in memory (published after the
 // in-memory commit). pub must route "<exchange>/<key>" topics (NewPublisher).
-func newStackUp(cfg config.Config, top topology.Topology, pub message.Publisher, db *pgxpool.Pool, logger *slog.Logger) (*stackup.Handlers, error) {
+//
+// sink, when not nil, receives the realtime notifications (the SSE server).
+func newStackUp(cfg config.Config, top topology.Topology, pub message.Publisher, db *pgxpool.Pool, sink stackuprt.Sink, logger *slog.Logger) (*stackup.Handlers, error) {
 	c := cfg.StackUp
 	roles, err := stackup.ParseRoles(c.Roles)
 	if err != nil {
@@ -213,6 +216,7 @@ func newStackUp(cfg config.Config, top topology.Topology, pub message.Publisher,
 	d := stackup.Deps{
 		Topology:  top,
 		Publisher: pub,
+		Sink:      sink,
 		AIQueues:  stackup.ParseQueues(c.AIQueues),
 		Logger:    logger,
 		Retry: catalog.Retry{

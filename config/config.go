@@ -106,6 +106,9 @@ type Config struct {
 	LLM LLM `yaml:"llm" envPrefix:"LLM_"`
 	// StackUp configures the StackUp Core ↔ AI contract.
 	StackUp StackUp `yaml:"stackup" envPrefix:"STACKUP_"`
+	// Realtime configures the StackUp RealTime server (SSE), run with the
+	// stackup role realtime.
+	Realtime Realtime `yaml:"realtime" envPrefix:"REALTIME_"`
 }
 
 // Interviews configures the interviews spec
@@ -155,6 +158,40 @@ type StackUp struct {
 	// SampleInterval makes the core role send a sample request every
 	// interval (the make run demo); 0s turns it off.
 	SampleInterval time.Duration `yaml:"sample_interval" env:"SAMPLE_INTERVAL" doc:"Send a sample StackUp request every interval (core role; 0s = off)."`
+}
+
+// Realtime configures the StackUp RealTime server (handlers/realtime): SSE
+// streams of q.realtime.session.notify, their bearer tokens and the fan-out
+// between serve instances (decision 0012). It runs when stackup.enabled and
+// stackup.roles includes realtime.
+type Realtime struct {
+	// Addr is the host:port of the SSE server; port 0 picks a free port.
+	Addr string `yaml:"addr" env:"ADDR" doc:"host:port of the SSE server (GET /realtime/{sessions,users,documents}/{id}, /realtime/demo)."`
+	// TokenSecretEnv names the variable holding the HMAC-SHA256 token
+	// secret (at least 32 bytes); the secret is never in configuration.
+	TokenSecretEnv string `yaml:"token_secret_env" env:"TOKEN_SECRET_ENV" doc:"Name of the environment variable holding the HMAC-SHA256 bearer-token secret, at least 32 bytes (never put in configuration)."`
+	// Fanout is how events reach every instance: auto, none, rabbitmq or
+	// postgres.
+	Fanout string `yaml:"fanout" env:"FANOUT" doc:"How events reach every serve instance: auto (rabbitmq: fanout exchange + a queue per instance; sqs, postgres: PostgreSQL LISTEN/NOTIFY on postgres.dsn; memory: none needed), rabbitmq, postgres, or none (one instance)."`
+	// Instance names this instance's RabbitMQ fan-out queue; empty = host
+	// name plus a random suffix.
+	Instance string `yaml:"instance" env:"INSTANCE" doc:"This instance's name in its RabbitMQ fan-out queue eventpipe.realtime.fanout.<instance>; empty = host name plus a random suffix."`
+	// NotifyChannel is the LISTEN/NOTIFY channel of the postgres fan-out.
+	NotifyChannel string `yaml:"notify_channel" env:"NOTIFY_CHANNEL" doc:"PostgreSQL LISTEN/NOTIFY channel of the postgres fan-out; the same on every instance."`
+	// Window is how many recent events per channel a client can resume from.
+	Window int `yaml:"window" env:"WINDOW" doc:"Recent events per channel kept for Last-Event-ID resume and duplicate detection (negative = none)."`
+	// WindowBytes caps the data kept per channel.
+	WindowBytes int `yaml:"window_bytes" env:"WINDOW_BYTES" doc:"Cap on the payload.data bytes one channel's window keeps (at least 1)."`
+	// WindowTTL is how long an event stays resumable.
+	WindowTTL time.Duration `yaml:"window_ttl" env:"WINDOW_TTL" doc:"How long an event stays resumable (more than 0s)."`
+	// ClientBuffer is how many events may wait for one client.
+	ClientBuffer int `yaml:"client_buffer" env:"CLIENT_BUFFER" doc:"Events waiting for one client before it is disconnected as too slow (at least 1)."`
+	// Heartbeat is the interval of the keep-alive comment.
+	Heartbeat time.Duration `yaml:"heartbeat" env:"HEARTBEAT" doc:"Interval of the SSE comment line that keeps idle streams open (more than 0s)."`
+	// MaxDataBytes bounds payload.data.
+	MaxDataBytes int `yaml:"max_data_bytes" env:"MAX_DATA_BYTES" doc:"Largest payload.data forwarded; larger notifications are dead-lettered (at least 1)."`
+	// AllowedOrigins are comma-separated origins allowed cross-origin.
+	AllowedOrigins string `yaml:"allowed_origins" env:"ALLOWED_ORIGINS" doc:"Comma-separated browser origins allowed to open streams cross-origin (CORS); empty = same origin only."`
 }
 
 // LLM configures the OpenAI-compatible chat-completions client (app/llm),
@@ -379,6 +416,18 @@ func Defaults() Config {
 		Demo:       Demo{Enabled: false, Interval: time.Second},
 		Interviews: Interviews{Enabled: false, SampleTraffic: false, StaleClaim: 10 * time.Minute},
 		LLM:        LLM{BaseURL: "https://api.openai.com/v1", Model: "gpt-4.1-mini", APIKeyEnv: "OPENAI_API_KEY", Timeout: 120 * time.Second},
+		Realtime: Realtime{
+			Addr:           "127.0.0.1:8080",
+			TokenSecretEnv: "EVENTPIPE_REALTIME_TOKEN_SECRET",
+			Fanout:         "auto",
+			NotifyChannel:  "eventpipe_realtime",
+			Window:         256,
+			WindowBytes:    256 << 10,
+			WindowTTL:      5 * time.Minute,
+			ClientBuffer:   64,
+			Heartbeat:      15 * time.Second,
+			MaxDataBytes:   64 << 10,
+		},
 		StackUp: StackUp{
 			Enabled:        false,
 			Roles:          "core,ai-worker,realtime",

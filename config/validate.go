@@ -155,6 +155,23 @@ func (c Config) Validate() error {
 	if c.StackUp.SampleInterval < 0 {
 		ps.add("stackup.sample_interval", "must not be negative")
 	}
+	r := c.Realtime
+	oneOf(&ps, "realtime.fanout", r.Fanout, "auto", "none", "rabbitmq", "postgres")
+	if r.Fanout == "rabbitmq" && c.Broker.Kind != KindRabbitMQ {
+		ps.add("realtime.fanout", "rabbitmq needs broker.kind rabbitmq")
+	}
+	realtimeOn := c.StackUp.Enabled && strings.Contains(c.StackUp.Roles, "realtime")
+	if realtimeOn && (r.Fanout == "postgres" || r.Fanout == "auto" && (c.Broker.Kind == KindSQS || c.Broker.Kind == KindPostgres)) && c.Postgres.DSN == "" {
+		ps.add("realtime.fanout", "the fan-out between instances on %s uses PostgreSQL LISTEN/NOTIFY: set postgres.dsn, or realtime.fanout: none for one instance", c.Broker.Kind)
+	}
+	if r.Addr != "" {
+		checkAddr(&ps, "realtime.addr", r.Addr)
+	}
+	atLeast(&ps, "realtime.client_buffer", r.ClientBuffer, 1)
+	atLeast(&ps, "realtime.window_bytes", r.WindowBytes, 1)
+	atLeast(&ps, "realtime.max_data_bytes", r.MaxDataBytes, 1)
+	positive(&ps, "realtime.window_ttl", r.WindowTTL)
+	positive(&ps, "realtime.heartbeat", r.Heartbeat)
 
 	if c.Admin.Addr != "" {
 		checkAddr(&ps, "admin.addr", c.Admin.Addr)

@@ -65,6 +65,7 @@ EVENTPIPE_* environment variables; switch brokers with EVENTPIPE_BROKER.`,
 	root.AddCommand(e.migrateCmd())
 	root.AddCommand(e.relayCmd())
 	root.AddCommand(e.dlqCmd())
+	root.AddCommand(e.realtimeCmd())
 
 	err := root.ExecuteContext(ctx)
 	if err == nil {
