@@ -1,0 +1,159 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// pairs builds every pair of the table on the real services, sized by m.
+func pairs(tb testing.TB, m mode) []pair {
+	tb.Helper()
+	rabbit, pg, mem, sq := rabbitEnv(tb), postgresEnv(tb), memoryEnv(tb), sqsEnv(tb)
+	db := newOutboxDB(tb)
+	r1, r3 := atLeast(0.9), atLeast(0.8)
+	p99 := &check{target: "p99 ≤ 1.5× baseline", pass: func(o, b summary) bool { return o.p99 <= 1.5*b.p99 }}
+	calls := &check{target: "≤ 0.35 calls/msg", pass: func(o, _ summary) bool { return o.calls <= 0.35 }}
+	var out []pair
+
+	// R1: publish, persistent with confirms; one message per call from 4
+	// goroutines (each call waits for its confirm) and 100 per call
+	// (confirms pipelined).
+	for _, size := range []int{256, 8192} {
+		out = append(out, rabbit.publishPair(tb, "R1", m.n(4000), 4, 1, size, rabbitSettings, r1))
+	}
+	// With 100 per call the client's CPU per message shows; the third
+	// contestant sends eventpipe's wire format (its headers) through raw
+	// amqp091-go, to tell the cost of the format from the cost of the code.
+	raw := rabbit.base.(*amqpPipe)
+	sameWire := namedPipe{name: "amqp091-go with eventpipe's headers", pipe: &amqpPipe{pubConn: raw.pubConn, subConn: raw.subConn, pool: raw.pool, prefetch: raw.prefetch, eventpipeWire: true}}
+	for _, size := range []int{256, 8192} {
+		out = append(out, rabbit.publishPair(tb, "R1", m.n(20000), 1, 100, size, rabbitSettings, r1, sameWire))
+	}
+	// R2, R3.
+	out = append(out, rabbit.consumePair(tb, "R2", m.n(20000), 256, rabbitSettings, nil))
+	rabbitCap := &capacity{fallback: 4000}
+	out = append(out,
+		rabbit.e2ePair(tb, "R3", throughput, m.n(20000), 4, 10, 256, rabbitSettings, nil, rabbitCap, r3),
+		rabbit.e2ePair(tb, "R3", latency, m.n(20000), 16, 1, 256, rabbitSettings, rabbitCap, nil, p99))
+
+	// The same on the Postgres broker.
+	pgCap := &capacity{fallback: 2000}
+	out = append(out,
+		pg.publishPair(tb, "PG", m.n(4000), 4, 1, 256, postgresSettings, nil),
+		pg.publishPair(tb, "PG", m.n(20000), 1, 100, 256, postgresSettings, nil),
+		pg.consumePair(tb, "PG", m.n(10000), 256, postgresSettings, nil),
+		pg.e2ePair(tb, "PG", throughput, m.n(10000), 4, 10, 256, postgresSettings, nil, pgCap),
+		pg.e2ePair(tb, "PG", latency, m.n(10000), 16, 1, 256, postgresSettings, pgCap, nil))
+
+	// The embedded broker (it keeps nothing for absent consumers: no
+	// consume-a-backlog pair).
+	memCap := &capacity{fallback: 20000}
+	out = append(out,
+		mem.publishPair(tb, "MEM", m.n(100000), 4, 1, 256, memorySettings, nil),
+		mem.e2ePair(tb, "MEM", throughput, m.n(100000), 4, 10, 256, memorySettings, nil, memCap),
+		mem.e2ePair(tb, "MEM", latency, m.n(100000), 16, 1, 256, memorySettings, memCap, nil))
+
+	// R7: SQS on the emulator; the end-to-end pair also counts API calls.
+	sqsCap := &capacity{fallback: 500}
+	e2e := sq.e2ePair(tb, "SQS", throughput, m.n(3000), 4, 10, 256, sqsSettings, nil, sqsCap)
+	e2e.callsID, e2e.callsCheck = "R7", calls
+	out = append(out,
+		sq.publishPair(tb, "SQS", m.n(3000), 4, 10, 256, sqsSettings, nil),
+		sq.consumePair(tb, "SQS", m.n(3000), 256, sqsSettings, nil),
+		e2e,
+		sq.e2ePair(tb, "SQS", latency, m.n(3000), 16, 1, 256, sqsSettings, sqsCap, nil))
+
+	// R5, R6: outbox and inbox.
+	rawAMQP := rabbit.base.(*amqpPipe)
+	rawSQS := &sqsBatchPublisher{client: sqsAdminClient(tb), urls: map[string]string{}}
+	out = append(out,
+		writePair(tb, db, m.n(3000), 256),
+		relayPair(tb, db, rabbit, m.n(10000), 256, rabbit.ours.(eventpipePipe).ps, rawAMQP.publish, "amqp091-go, confirms pipelined"),
+		relayPair(tb, db, sq, m.n(3000), 256, sq.ours.(eventpipePipe).ps, rawSQS.publish, "AWS SDK SendMessageBatch ×10"),
+		inboxPair(tb, db, m.n(5000), 4))
+	return out
+}
+
+// TestBenchTable runs every pair and prints one table. It is a benchmark run
+// only with EVENTPIPE_BENCH=1 (`make bench`; BENCH_QUICK=1 for the quick
+// pass); otherwise it is a smoke test of a few messages per scenario, which
+// fails if any scenario does.
+func TestBenchTable(t *testing.T) {
+	m := smokeMode
+	if os.Getenv("EVENTPIPE_BENCH") != "" {
+		m = fullMode
+		if os.Getenv("BENCH_QUICK") != "" {
+			m = quickMode
+		}
+	}
+	// EVENTPIPE_BENCH_ONLY=<regexp> runs the pairs whose id, scenario and
+	// settings match, for tuning one figure at a time.
+	only, err := regexp.Compile(os.Getenv("EVENTPIPE_BENCH_ONLY"))
+	if err != nil {
+		t.Fatalf("EVENTPIPE_BENCH_ONLY: %v", err)
+	}
+	start := time.Now()
+	var rows []Row
+	for _, p := range pairs(t, m) {
+		if !only.MatchString(p.id + " " + p.scenario + " " + p.settings) {
+			continue
+		}
+		t0 := time.Now()
+		rs := p.rows(runPair(t, p, m.reps))
+		rows = append(rows, rs...)
+		t.Logf("%s %s (%s): %s vs %s, %s in %s", p.id, p.scenario, p.settings, rs[0].Ours, rs[0].Baseline, rs[0].Ratio, time.Since(t0).Round(100*time.Millisecond))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\neventpipe benchmarks, %s mode: %d alternating repetitions per side, medians; %s, GOMAXPROCS=%d, %s; took %s\n\n",
+		m.name, m.reps, runtime.Version(), runtime.GOMAXPROCS(0), time.Now().UTC().Format(time.RFC3339), time.Since(start).Round(time.Second))
+	if err := Render(&b, rows); err != nil {
+		t.Fatal(err)
+	}
+	if m == smokeMode {
+		t.Log(b.String())
+	} else {
+		fmt.Print(b.String())
+	}
+	if out := os.Getenv("EVENTPIPE_BENCH_OUT"); out != "" && m != smokeMode {
+		if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range rows {
+		if r.Ours == "" || r.Baseline == "" {
+			t.Errorf("row %s %s has no figures", r.ID, r.Scenario)
+		}
+	}
+}
+
+// BenchmarkPairs runs every side of every pair as a plain benchmark, one
+// repetition per iteration, at the quick size:
+//
+//	go test -run '^$' -bench . ./app/bench
+func BenchmarkPairs(b *testing.B) {
+	for i, p := range pairs(b, quickMode) {
+		for _, s := range p.sides {
+			name := fmt.Sprintf("%02d_%s_%s/%s", i, p.id, p.scenario, s.name)
+			b.Run(strings.ReplaceAll(name, " ", "_"), func(b *testing.B) {
+				var samples []Sample
+				for b.Loop() {
+					samples = append(samples, s.run(b))
+				}
+				sum := summarize(samples)
+				b.ReportMetric(sum.rate, "msg/s")
+				if p.kind == latency {
+					b.ReportMetric(sum.p50/float64(time.Millisecond), "p50-ms")
+					b.ReportMetric(sum.p99/float64(time.Millisecond), "p99-ms")
+				}
+				if p.callsID != "" {
+					b.ReportMetric(sum.calls, "calls/msg")
+				}
+			})
+		}
+	}
+}
