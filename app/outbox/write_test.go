@@ -22,14 +22,14 @@ func TestWriteCommitsWithTheBusinessRow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
-	_, err := e.pool.Exec(ctx, `CREATE TABLE `+e.q("disputes")+` (id text PRIMARY KEY)`)
+	_, err := e.pool.Exec(ctx, `CREATE TABLE `+e.q("business_rows")+` (id text PRIMARY KEY)`)
 	require.NoError(t, err)
 
 	raise := func(id string, commit bool, failAfterOutbox bool) error {
 		tx, err := e.pool.Begin(ctx)
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback(ctx) }()
-		if _, err := tx.Exec(ctx, `INSERT INTO `+e.q("disputes")+` (id) VALUES ($1)`, id); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO `+e.q("business_rows")+` (id) VALUES ($1)`, id); err != nil {
 			return err
 		}
 		if err := e.table.Write(ctx, tx, "domain-events", message.NewMessage("evt-"+id, []byte(`{}`))); err != nil {
@@ -45,7 +45,7 @@ func TestWriteCommitsWithTheBusinessRow(t *testing.T) {
 	}
 	businessRows := func(id string) int {
 		var n int
-		require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*) FROM `+e.q("disputes")+` WHERE id = $1`, id).Scan(&n))
+		require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*) FROM `+e.q("business_rows")+` WHERE id = $1`, id).Scan(&n))
 		return n
 	}
 
