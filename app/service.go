@@ -364,7 +364,7 @@ func (s *Service) shutdownRealtime(srv *http.Server) {
 	if s.realtime == nil {
 		return
 	}
-	s.realtime.Close()
+	_ = s.realtime.Close()
 	if srv == nil {
 		return
 	}
