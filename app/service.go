@@ -28,6 +28,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/telemetry"
 	"github.com/eventpipe/eventpipe/config"
 	"github.com/eventpipe/eventpipe/handlers/demo"
+	"github.com/eventpipe/eventpipe/handlers/disputes"
 	"github.com/eventpipe/eventpipe/handlers/interviews"
 	"github.com/eventpipe/eventpipe/handlers/realtime"
 	"github.com/eventpipe/eventpipe/handlers/stackup"
@@ -54,6 +55,8 @@ type Service struct {
 	interviews interviews.Store
 	// stackup is the StackUp contract's roles; nil when the spec is off.
 	stackup *stackup.Handlers
+	// disputes is the disputes spec's state; nil when the spec is off.
+	disputes *disputesSpec
 	// realtime is the SSE server of the stackup realtime role; nil when off.
 	realtime         *realtime.Server
 	realtimeLn       net.Listener
@@ -153,7 +156,13 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Service,
 			return nil, fmt.Errorf("spec stackup: %w", err)
 		}
 	}
-	s.routes, err = buildRoutes(specDeps{cfg: cfg, publisher: s.publisher, logger: logger, interviews: s.interviews, stackup: s.stackup}, top)
+	if cfg.Disputes.Enabled {
+		if s.disputes, err = newDisputes(cfg, s.db, s.publisher, logger); err != nil {
+			s.closeResources()
+			return nil, err
+		}
+	}
+	s.routes, err = buildRoutes(specDeps{cfg: cfg, publisher: s.publisher, logger: logger, interviews: s.interviews, stackup: s.stackup, disputes: s.disputes}, top)
 	if err != nil {
 		s.closeResources()
 		return nil, err
@@ -284,6 +293,13 @@ func (s *Service) Run(ctx context.Context) error {
 			producer := interviews.NewProducer(s.publisher, s.logger)
 			if _, err := interviews.SampleTraffic(ctx, s.interviews, producer, s.logger); err != nil {
 				s.logger.Error("interviews sample traffic", slog.Any("error", err))
+			}
+		})
+	}
+	if s.disputes != nil && s.cfg.Disputes.SampleTraffic {
+		wg.Go(func() {
+			if err := disputes.SampleTraffic(ctx, s.disputes.store, s.disputes.objects, s.publisher, s.logger); err != nil {
+				s.logger.Error("disputes sample traffic", slog.Any("error", err))
 			}
 		})
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/topology"
 	"github.com/eventpipe/eventpipe/config"
 	"github.com/eventpipe/eventpipe/handlers/demo"
+	"github.com/eventpipe/eventpipe/handlers/disputes"
 	"github.com/eventpipe/eventpipe/handlers/interviews"
 	"github.com/eventpipe/eventpipe/handlers/stackup"
 	"github.com/eventpipe/eventpipe/handlers/stackup/catalog"
@@ -47,6 +48,9 @@ type specDeps struct {
 	// stackup is the StackUp contract's built roles (newStackUp); nil when
 	// the spec is off.
 	stackup *stackup.Handlers
+	// disputes is the disputes spec's store, inbox and object store
+	// (newDisputes); nil when the spec is off.
+	disputes *disputesSpec
 }
 
 // specs lists every spec this binary knows, in the order their routes are
@@ -86,6 +90,27 @@ func specs() []spec {
 			topology: "stackup",
 			routes:   func(d specDeps) (route.Set, error) { return d.stackup.Routes(), nil },
 			catalog:  stackup.CatalogRoutes,
+		},
+		{
+			name:     "disputes",
+			enabled:  func(c config.Config) bool { return c.Disputes.Enabled },
+			topology: "disputes",
+			routes: func(d specDeps) (route.Set, error) {
+				h := disputes.Handlers{
+					Store:        d.disputes.store,
+					Inbox:        d.disputes.inbox,
+					Logger:       d.logger,
+					AMLThreshold: d.cfg.Disputes.AMLThreshold,
+					DefaultTAT:   d.cfg.Disputes.DefaultTAT,
+				}
+				// Only when set: a nil *MemoryObjects in the interface
+				// would count as an object store.
+				if d.disputes.objects != nil {
+					h.Objects = d.disputes.objects
+				}
+				return h.Routes(), nil
+			},
+			catalog: disputes.Catalog,
 		},
 	}
 }
@@ -249,4 +274,40 @@ func newStackUp(cfg config.Config, top topology.Topology, pub message.Publisher,
 		d.Store, d.Inbox, d.Outbox = core.NewMemory(), inbox.NewMemory(), core.AfterCommit{Publisher: pub}
 	}
 	return stackup.New(roles, d)
+}
+
+// disputesSpec is the disputes spec's state (newDisputes).
+type disputesSpec struct {
+	store disputes.Store
+	inbox inbox.Store
+	// objects backs the ingest-worker; nil (no ingest-worker route) unless
+	// disputes.sample_traffic: there is no S3 client yet.
+	objects *disputes.MemoryObjects
+}
+
+// newDisputes returns the disputes spec's store and inbox: PostgreSQL when
+// postgres.dsn is set (db non-nil), events written to the transactional
+// outbox in the business transaction (a relay publishes them: serve's when
+// outbox.relay is on, or `eventpipe relay`); in memory otherwise, events
+// published through pub right after the in-memory commit.
+func newDisputes(cfg config.Config, db *pgxpool.Pool, pub message.Publisher, logger *slog.Logger) (*disputesSpec, error) {
+	d := &disputesSpec{}
+	if cfg.Disputes.SampleTraffic {
+		d.objects = disputes.NewMemoryObjects()
+	}
+	if db == nil {
+		d.store = disputes.NewMemory(disputes.MemoryOptions{Publisher: pub, Logger: logger})
+		d.inbox = inbox.NewMemory()
+		return d, nil
+	}
+	store, err := disputes.NewPostgres(db, cfg.Postgres.Schema, "")
+	if err != nil {
+		return nil, fmt.Errorf("disputes: %w", err)
+	}
+	ib, err := inbox.NewPostgres(db, cfg.Postgres.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("disputes: %w", err)
+	}
+	d.store, d.inbox = store, ib
+	return d, nil
 }

@@ -109,6 +109,34 @@ type Config struct {
 	// Realtime configures the StackUp RealTime server (SSE), run with the
 	// stackup role realtime.
 	Realtime Realtime `yaml:"realtime" envPrefix:"REALTIME_"`
+	// Disputes configures the disputes spec (domain events through the
+	// transactional outbox).
+	Disputes Disputes `yaml:"disputes" envPrefix:"DISPUTES_"`
+}
+
+// Disputes configures the disputes spec (specs/outbox-domain-events-lld.md,
+// handlers/disputes): the events-worker on domain-events (and, with sample
+// traffic, the ingest-worker on ingest-queue, reading documents from an
+// in-memory object store: there is no S3 client yet). Its store and inbox
+// are PostgreSQL when postgres.dsn is set — events then go through the
+// transactional outbox, so a relay must run (serve's, outbox.relay) — and in
+// memory otherwise (events published right after the in-memory commit).
+type Disputes struct {
+	// Enabled turns the spec's routes on. Default false.
+	Enabled bool `yaml:"enabled" env:"ENABLED" doc:"Run the disputes spec: the events-worker on domain-events (topology config/topology/disputes.yaml)."`
+	// SampleTraffic raises two disputes, flags two transactions and ingests
+	// a document (through an S3-style notification on ingest-queue) when
+	// serve starts, so a newcomer sees the outbox and the effects happen
+	// (make run). Default false.
+	SampleTraffic bool `yaml:"sample_traffic" env:"SAMPLE_TRAFFIC" doc:"At start, raise sample disputes, flag sample transactions and ingest a sample document (make run); also runs the ingest-worker on an in-memory object store."`
+	// AMLThreshold is the risk score (0–100) at or above which a
+	// TransactionFlagged review is escalated to AML. Default 80 (the spec
+	// names no value); more than 0, at most 100.
+	AMLThreshold float64 `yaml:"aml_threshold" env:"AML_THRESHOLD" doc:"Risk score (0-100) at or above which a flagged transaction is escalated to AML (more than 0, at most 100)."`
+	// DefaultTAT is a dispute's resolution time when its DisputeRaised
+	// carries no tat_due_at: occurred_at + this. Default 120h (5 days);
+	// more than 0s.
+	DefaultTAT time.Duration `yaml:"default_tat" env:"DEFAULT_TAT" doc:"A dispute's resolution time when its event carries no tat_due_at, from occurred_at (more than 0s)."`
 }
 
 // Interviews configures the interviews spec
@@ -415,6 +443,7 @@ func Defaults() Config {
 		Serve:      Serve{ShutdownTimeout: 30 * time.Second, ConnectTimeout: 0},
 		Demo:       Demo{Enabled: false, Interval: time.Second},
 		Interviews: Interviews{Enabled: false, SampleTraffic: false, StaleClaim: 10 * time.Minute},
+		Disputes:   Disputes{Enabled: false, SampleTraffic: false, AMLThreshold: 80, DefaultTAT: 5 * 24 * time.Hour},
 		LLM:        LLM{BaseURL: "https://api.openai.com/v1", Model: "gpt-4.1-mini", APIKeyEnv: "OPENAI_API_KEY", Timeout: 120 * time.Second},
 		Realtime: Realtime{
 			Addr:           "127.0.0.1:8080",

@@ -135,6 +135,10 @@ func (c Config) Validate() error {
 	positive(&ps, "outbox.retention", c.Outbox.Retention)
 	positive(&ps, "inbox.ttl", c.Inbox.TTL)
 	positive(&ps, "interviews.stale_claim", c.Interviews.StaleClaim)
+	if t := c.Disputes.AMLThreshold; !(t > 0 && t <= 100) {
+		ps.add("disputes.aml_threshold", "must be more than 0 and at most 100, got %g", t)
+	}
+	positive(&ps, "disputes.default_tat", c.Disputes.DefaultTAT)
 	checkURL(&ps, "llm.base_url", c.LLM.BaseURL, endpointURL)
 	if strings.TrimSpace(c.LLM.Model) == "" {
 		ps.add("llm.model", "must not be empty")

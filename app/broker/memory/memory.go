@@ -99,23 +99,22 @@ func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.M
 }
 
 // countAttempts relays one subscription's messages, numbering the attempts.
-// GoChannel hands a subscriber one message at a time and waits for its ack
-// or nack, so one counter per subscription is enough: it is reset on an ack.
+// GoChannel redelivers a nacked message to the same subscriber, but several
+// messages may be in flight to it at once (each waits for its ack in its own
+// goroutine), so the counts are kept per message id and dropped on ack.
 func countAttempts(ctx context.Context, closing <-chan struct{}, in <-chan *message.Message, out chan<- *message.Message) {
 	defer close(out)
-	var (
-		uuid         string
+	type history struct {
 		attempts     int
 		firstFailure time.Time
-	)
+	}
+	seen := map[string]history{}
 	for msg := range in {
-		if msg.UUID != uuid {
-			uuid, attempts, firstFailure = msg.UUID, 0, time.Time{}
-		}
-		msg.Metadata.Set(broker.AttemptKey, strconv.Itoa(attempts))
+		h := seen[msg.UUID]
+		msg.Metadata.Set(broker.AttemptKey, strconv.Itoa(h.attempts))
 		delete(msg.Metadata, broker.FirstFailureKey)
-		if !firstFailure.IsZero() {
-			msg.Metadata.Set(broker.FirstFailureKey, firstFailure.Format(time.RFC3339Nano))
+		if !h.firstFailure.IsZero() {
+			msg.Metadata.Set(broker.FirstFailureKey, h.firstFailure.Format(time.RFC3339Nano))
 		}
 		select {
 		case out <- msg:
@@ -131,12 +130,13 @@ func countAttempts(ctx context.Context, closing <-chan struct{}, in <-chan *mess
 		}
 		select {
 		case <-msg.Acked():
-			uuid = ""
+			delete(seen, msg.UUID)
 		case <-msg.Nacked():
-			attempts++
-			if firstFailure.IsZero() {
-				firstFailure = time.Now().UTC()
+			h.attempts++
+			if h.firstFailure.IsZero() {
+				h.firstFailure = time.Now().UTC()
 			}
+			seen[msg.UUID] = h
 		case <-ctx.Done():
 			for range in {
 			}

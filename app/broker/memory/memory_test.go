@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -61,4 +62,31 @@ func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	_, err := memory.New(memory.Config{OutputBuffer: -1}, nil)
 	require.Error(t, err)
+}
+
+// Two messages failing on one subscription at the same time each keep their
+// own attempt count (GoChannel interleaves their redeliveries).
+func TestAttemptsPerMessage(t *testing.T) {
+	t.Parallel()
+	ps, err := memory.New(memory.Config{}, nil)
+	require.NoError(t, err)
+	defer func() { _ = ps.Close() }()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	msgs, err := ps.Subscribe(ctx, "t")
+	require.NoError(t, err)
+	require.NoError(t, ps.Publish("t", message.NewMessage("a", nil), message.NewMessage("b", nil)))
+
+	last := map[string]int{}
+	for range 8 {
+		m := brokertest.Next(t, msgs, 5*time.Second)
+		n, err := strconv.Atoi(m.Metadata.Get(broker.AttemptKey))
+		require.NoError(t, err)
+		if prev, ok := last[m.UUID]; ok {
+			assert.Equal(t, prev+1, n, "message %s", m.UUID)
+		}
+		last[m.UUID] = n
+		m.Nack()
+	}
+	assert.Len(t, last, 2, "both messages redelivered")
 }

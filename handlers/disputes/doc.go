@@ -1,0 +1,45 @@
+// Package disputes runs the disputes spec's domain-events flow
+// (specs/outbox-domain-events-lld.md, "LLD — Async messaging") on any broker:
+// producers that write a business row and its event to the transactional
+// outbox in one transaction (§1), the §2 event envelope, and the
+// events-worker consumer on domain-events whose effects happen exactly once
+// (the inbox, keyed by the envelope's event_id).
+//
+// # Wire format
+//
+// The body is the §2 envelope (Envelope): event_id, event_type,
+// event_version, aggregate_type, aggregate_id, occurred_at (RFC 3339, UTC,
+// milliseconds), trace_id and payload. Encoding is strict (our publishers
+// refuse unknown or missing fields); decoding is lenient (unknown fields are
+// ignored and never kept). The Watermill message UUID is the event id, and
+// the event_id metadata (an SQS message attribute, an AMQP header) is a copy
+// of it for routing and FIFO deduplication; the body's event_id is the
+// dedupe key (DESIGN.md ruling "Disputes outbox").
+//
+// # Failures (§4)
+//
+// A malformed envelope, an unknown event_type or an unsupported
+// event_version is a permanent error; the route's policy is fail-until-max:
+// it is logged with its event id, fails, and reaches domain-events-dlq after
+// maxReceiveCount (5) attempts. Any other error is transient (retried with
+// backoff, then the DLQ). A duplicate delivery is acknowledged without effect.
+//
+// # Effects
+//
+//   - DisputeRaised: the TAT due time (the payload's tat_due_at, else
+//     occurred_at + Handlers.DefaultTAT) and a reminder ReminderLead before
+//     it, in dispute_reminders; a failed_but_debited UPI dispute is marked
+//     eligible for auto-reversal on that row.
+//   - TransactionFlagged: a review_queue entry, on the AML queue when the risk
+//     score is at least Handlers.AMLThreshold.
+//   - DocumentIngested: the kb_statistics row recomputed from kb_documents.
+//
+// # Document ingestion
+//
+// The ingest-worker (on ingest-queue, when Handlers.Objects is set) decodes
+// S3 ObjectCreated notifications, reads each object, refuses a document
+// without a header block (permanent: fails until maxReceiveCount 3, then
+// ingest-dlq) and records the document with its DocumentIngested event in
+// one transaction, once per (bucket, key, sequencer). Only an in-memory
+// Objects exists (MemoryObjects); an S3 client is still to be written.
+package disputes

@@ -1,0 +1,190 @@
+package disputes
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Reason codes the consumer treats specially.
+const (
+	// ReasonFailedButDebited: the customer was debited for a payment that
+	// failed; on UPI such a dispute is eligible for auto-reversal (§2).
+	ReasonFailedButDebited = "failed_but_debited"
+	// RailUPI is the payment rail auto-reversal applies to.
+	RailUPI = "UPI"
+)
+
+// MaxRiskScore bounds TransactionFlagged's risk_score: scores are 0–100.
+const MaxRiskScore = 100
+
+// DisputeRaised is the payload of DisputeRaised (raise_dispute). The
+// aggregate id is the dispute id.
+type DisputeRaised struct {
+	TxnID      string `json:"txn_id"`
+	ReasonCode string `json:"reason_code"`
+	// TATDueAt is when the dispute must be resolved; nil lets the consumer
+	// apply its default (Handlers.DefaultTAT after occurred_at).
+	TATDueAt *time.Time `json:"-"`
+	// Rail is the payment rail ("UPI", "CARD", …); optional, our extension:
+	// auto-reversal needs it.
+	Rail string `json:"rail,omitempty"`
+}
+
+// TransactionFlagged is the payload of TransactionFlagged
+// (flag_transaction_for_review). The aggregate id is the transaction id.
+type TransactionFlagged struct {
+	TxnID string `json:"txn_id"`
+	// RiskScore is 0–100; at or above the AML threshold the review is
+	// escalated to AML.
+	RiskScore float64 `json:"risk_score"`
+	Reason    string  `json:"reason,omitempty"`
+}
+
+// DocumentIngested is the payload of DocumentIngested (ingest-worker). The
+// aggregate id is the document id.
+type DocumentIngested struct {
+	Bucket string `json:"bucket"`
+	Key    string `json:"key"`
+}
+
+// Event is a decoded payload: exactly one field is set.
+type Event struct {
+	DisputeRaised      *DisputeRaised
+	TransactionFlagged *TransactionFlagged
+	DocumentIngested   *DocumentIngested
+}
+
+func (e Event) aggregateType() string {
+	switch {
+	case e.DisputeRaised != nil:
+		return AggregateDispute
+	case e.TransactionFlagged != nil:
+		return AggregateTransaction
+	default:
+		return AggregateDocument
+	}
+}
+
+// fields are the payload keys a strict encoder allows.
+func (e Event) fields() []string {
+	switch {
+	case e.DisputeRaised != nil:
+		return []string{"txn_id", "reason_code", "tat_due_at", "rail"}
+	case e.TransactionFlagged != nil:
+		return []string{"txn_id", "risk_score", "reason"}
+	default:
+		return []string{"bucket", "key"}
+	}
+}
+
+// payload encodes e's payload.
+func (e Event) payload() (json.RawMessage, error) {
+	switch {
+	case e.DisputeRaised != nil:
+		d := e.DisputeRaised
+		w := struct {
+			TxnID      string `json:"txn_id"`
+			ReasonCode string `json:"reason_code"`
+			TATDueAt   string `json:"tat_due_at,omitempty"`
+			Rail       string `json:"rail,omitempty"`
+		}{TxnID: d.TxnID, ReasonCode: d.ReasonCode, Rail: d.Rail}
+		if d.TATDueAt != nil {
+			w.TATDueAt = d.TATDueAt.UTC().Format(occurredAtLayout)
+		}
+		return json.Marshal(w)
+	case e.TransactionFlagged != nil:
+		return json.Marshal(e.TransactionFlagged)
+	case e.DocumentIngested != nil:
+		return json.Marshal(e.DocumentIngested)
+	}
+	return nil, fmt.Errorf("%w: empty event", ErrInvalidEnvelope)
+}
+
+// decodeEvent decodes payload leniently for eventType at version.
+func decodeEvent(eventType string, version int, payload json.RawMessage) (Event, error) {
+	switch eventType {
+	case EventDisputeRaised, EventTransactionFlagged, EventDocumentIngested:
+	default:
+		return Event{}, fmt.Errorf("%w: %w %q", ErrInvalidEnvelope, ErrUnknownEventType, truncate(eventType, 64))
+	}
+	if version != Version {
+		return Event{}, invalid("%s event_version %d is not supported (want %d)", eventType, version, Version)
+	}
+	fields, err := object(payload, "payload")
+	if err != nil {
+		return Event{}, err
+	}
+	switch eventType {
+	case EventDisputeRaised:
+		var d DisputeRaised
+		if d.TxnID, err = idField(fields, "txn_id"); err != nil {
+			return Event{}, err
+		}
+		if d.ReasonCode, err = str(fields, "reason_code", true); err != nil {
+			return Event{}, err
+		}
+		if d.Rail, err = str(fields, "rail", false); err != nil {
+			return Event{}, err
+		}
+		if raw, ok := fields["tat_due_at"]; ok && !isNull(raw) {
+			t, err := timeField(fields, "tat_due_at", true)
+			if err != nil {
+				return Event{}, err
+			}
+			d.TATDueAt = &t
+		}
+		return Event{DisputeRaised: &d}, nil
+	case EventTransactionFlagged:
+		var f TransactionFlagged
+		if f.TxnID, err = idField(fields, "txn_id"); err != nil {
+			return Event{}, err
+		}
+		if f.RiskScore, err = numberField(fields, "risk_score"); err != nil {
+			return Event{}, err
+		}
+		if math.IsNaN(f.RiskScore) || f.RiskScore < 0 || f.RiskScore > MaxRiskScore {
+			return Event{}, invalid("risk_score %g is outside 0..%d", f.RiskScore, MaxRiskScore)
+		}
+		if f.Reason, err = str(fields, "reason", false); err != nil {
+			return Event{}, err
+		}
+		return Event{TransactionFlagged: &f}, nil
+	default:
+		var d DocumentIngested
+		if d.Bucket, err = str(fields, "bucket", true); err != nil {
+			return Event{}, err
+		}
+		if d.Key, err = str(fields, "key", true); err != nil {
+			return Event{}, err
+		}
+		return Event{DocumentIngested: &d}, nil
+	}
+}
+
+// NewEnvelope builds the envelope of ev about aggregateID, with a fresh
+// event id, occurred at now, in the trace traceID (a new one when empty).
+func NewEnvelope(ev Event, aggregateID, traceID string, now time.Time) (Envelope, error) {
+	p, err := ev.payload()
+	if err != nil {
+		return Envelope{}, err
+	}
+	var typ string
+	switch {
+	case ev.DisputeRaised != nil:
+		typ = EventDisputeRaised
+	case ev.TransactionFlagged != nil:
+		typ = EventTransactionFlagged
+	default:
+		typ = EventDocumentIngested
+	}
+	if traceID == "" {
+		traceID = newTraceID()
+	}
+	return Envelope{
+		EventID: NewEventID(now), EventType: typ, EventVersion: Version,
+		AggregateType: ev.aggregateType(), AggregateID: aggregateID,
+		OccurredAt: now.UTC().Truncate(time.Millisecond), TraceID: traceID, Payload: p,
+	}, nil
+}

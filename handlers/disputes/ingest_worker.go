@@ -1,0 +1,258 @@
+package disputes
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/route"
+	"github.com/eventpipe/eventpipe/middleware"
+)
+
+// IngestConsumer is the ingest-worker's name in the inbox.
+const IngestConsumer = "ingest-worker"
+
+// IngestMaxAttempts is ingest-queue's maxReceiveCount (§3).
+const IngestMaxAttempts = 3
+
+// MaxHeaderBytes bounds where a document's header block must end.
+const MaxHeaderBytes = 64 << 10
+
+// ErrNoHeaderBlock is wrapped by the permanent error of a document without
+// a header block (§4's example of a permanent error).
+var ErrNoHeaderBlock = errors.New("document without header block")
+
+// Objects reads the documents S3 notifications point at. An error is
+// transient unless marked failure.Permanent (e.g. the object was deleted
+// since).
+type Objects interface {
+	Get(ctx context.Context, bucket, key string) ([]byte, error)
+}
+
+// ObjectRef is one ObjectCreated record of an S3 event notification.
+type ObjectRef struct {
+	Bucket    string
+	Key       string // URL-decoded
+	Sequencer string
+	EventName string
+}
+
+// DecodeS3Notification decodes an S3 event notification (the standard shape:
+// Records[].eventName, Records[].s3.bucket.name, Records[].s3.object.key,
+// URL-encoded with '+' for spaces) leniently, keeping its ObjectCreated
+// records. S3's "s3:TestEvent" (sent when a notification is configured)
+// returns no records and no error. Errors wrap ErrInvalidEnvelope.
+func DecodeS3Notification(body []byte) ([]ObjectRef, error) {
+	fields, err := object(body, "body")
+	if err != nil {
+		return nil, err
+	}
+	if ev, _ := str(fields, "Event", false); ev == "s3:TestEvent" {
+		return nil, nil
+	}
+	var n struct {
+		Records []struct {
+			EventName string `json:"eventName"`
+			S3        struct {
+				Bucket struct {
+					Name string `json:"name"`
+				} `json:"bucket"`
+				Object struct {
+					Key       string `json:"key"`
+					Sequencer string `json:"sequencer"`
+				} `json:"object"`
+			} `json:"s3"`
+		} `json:"Records"`
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(body), &n); err != nil {
+		return nil, invalid("not an S3 event notification: %v", err)
+	}
+	if len(n.Records) == 0 {
+		return nil, invalid("S3 event notification without Records")
+	}
+	var refs []ObjectRef
+	for i, r := range n.Records {
+		if !strings.HasPrefix(r.EventName, "ObjectCreated:") {
+			continue
+		}
+		key, err := url.QueryUnescape(r.S3.Object.Key)
+		if err != nil {
+			return nil, invalid("Records[%d].s3.object.key %q is not URL-encoded", i, truncate(r.S3.Object.Key, 64))
+		}
+		if r.S3.Bucket.Name == "" || key == "" {
+			return nil, invalid("Records[%d]: s3.bucket.name and s3.object.key are required", i)
+		}
+		refs = append(refs, ObjectRef{Bucket: r.S3.Bucket.Name, Key: key, Sequencer: r.S3.Object.Sequencer, EventName: r.EventName})
+	}
+	return refs, nil
+}
+
+// ValidateS3Notification is the check `eventpipe publish` runs for
+// ingest-queue. S3 is the producer, not us, so it is the decoder's check.
+func ValidateS3Notification(body []byte) error {
+	_, err := DecodeS3Notification(body)
+	return err
+}
+
+// HasHeaderBlock reports whether doc starts with a header block: a "---"
+// line, at least one "name: value" line, and a closing "---" line, within
+// MaxHeaderBytes. The spec names the rule (§4: "document without header
+// block" is permanent) but not the format; this front-matter shape is ours.
+func HasHeaderBlock(doc []byte) bool {
+	if len(doc) > MaxHeaderBytes {
+		doc = doc[:MaxHeaderBytes]
+	}
+	sc := bufio.NewScanner(bytes.NewReader(doc))
+	sc.Buffer(make([]byte, 0, 4096), MaxHeaderBytes)
+	if !sc.Scan() || strings.TrimSpace(sc.Text()) != "---" {
+		return false
+	}
+	fields := 0
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "---" {
+			return fields > 0
+		}
+		if name, _, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(name) != "" {
+			fields++
+		}
+	}
+	return false
+}
+
+// handleIngest is the ingest-worker: each ObjectCreated record's document,
+// checked for its header block, is recorded with its DocumentIngested event
+// (through the outbox on Postgres), once per (bucket, key, sequencer).
+func (h Handlers) handleIngest(msg *message.Message) error {
+	ctx := msg.Context()
+	log := h.logger().With(slog.String("message_id", msg.UUID), slog.String("queue", message.SubscribeTopicFromCtx(ctx)),
+		slog.String("trace_id", middleware.TraceID(ctx)))
+	refs, err := DecodeS3Notification(msg.Payload)
+	if err != nil {
+		log.ErrorContext(ctx, "S3 notification rejected", slog.Any("error", err))
+		return failure.AsPermanent(err)
+	}
+	for _, ref := range refs {
+		// A re-upload has a new sequencer; a redelivered notification not.
+		id := ref.Bucket + "/" + ref.Key + "@" + ref.Sequencer
+		err := h.Inbox.Process(ctx, IngestConsumer, id, func(ctx context.Context) error {
+			doc, err := h.Objects.Get(ctx, ref.Bucket, ref.Key)
+			if err != nil {
+				return fmt.Errorf("get s3://%s/%s: %w", ref.Bucket, ref.Key, err)
+			}
+			if !HasHeaderBlock(doc) {
+				return failure.Permanentf("s3://%s/%s: %w", ref.Bucket, ref.Key, ErrNoHeaderBlock)
+			}
+			eventID, err := h.Store.RecordDocument(ctx, Document{Bucket: ref.Bucket, Key: ref.Key})
+			if errors.Is(err, ErrExists) {
+				log.InfoContext(ctx, "document already ingested", slog.String("bucket", ref.Bucket), slog.String("key", ref.Key))
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			log.InfoContext(ctx, "document ingested", slog.String("bucket", ref.Bucket), slog.String("key", ref.Key), slog.String("event_id", eventID))
+			return nil
+		})
+		switch {
+		case failure.Of(err) == failure.Duplicate:
+			log.InfoContext(ctx, "duplicate S3 notification record, skipped", slog.String("bucket", ref.Bucket), slog.String("key", ref.Key))
+		case err != nil:
+			if failure.Of(err) == failure.Permanent {
+				log.ErrorContext(ctx, "document rejected", slog.String("bucket", ref.Bucket), slog.String("key", ref.Key), slog.Any("error", err))
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// DefaultIngestBackoff is ingest-queue's wait between attempts: its
+// transient failures are the model API's rate limits (§4: "OpenAI 429"),
+// which last tens of seconds, so 30 s then 60 s — a Retry-After the API
+// sends wins when longer — well under the 360 s visibility timeout.
+func DefaultIngestBackoff() route.Backoff {
+	return route.Backoff{Initial: 30 * time.Second, Multiplier: 2, Max: 2 * time.Minute, Jitter: 0.2}
+}
+
+// IngestPolicy is ingest-queue's policy: three attempts by broker
+// redelivery (maxReceiveCount 3), permanent errors failing until then (§4),
+// then ingest-dlq.
+func (h Handlers) IngestPolicy() route.Policy {
+	b := h.IngestBackoff
+	if b == (route.Backoff{}) {
+		b = DefaultIngestBackoff()
+	}
+	return route.Policy{
+		MaxAttempts: IngestMaxAttempts, Redelivery: route.Broker, Backoff: b,
+		OnPermanent: route.FailUntilMax, DeadLetterQueue: IngestDLQ,
+	}
+}
+
+// MemoryObjects is an in-memory Objects (the embedded mode's sample traffic,
+// tests).
+type MemoryObjects struct {
+	mu   sync.Mutex
+	objs map[[2]string][]byte
+}
+
+// NewMemoryObjects returns an empty MemoryObjects.
+func NewMemoryObjects() *MemoryObjects { return &MemoryObjects{objs: map[[2]string][]byte{}} }
+
+// Put stores an object.
+func (m *MemoryObjects) Put(bucket, key string, body []byte) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.objs[[2]string{bucket, key}] = body
+}
+
+// Get implements Objects; a missing object is a permanent error.
+func (m *MemoryObjects) Get(_ context.Context, bucket, key string) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, ok := m.objs[[2]string{bucket, key}]
+	if !ok {
+		return nil, failure.Permanentf("s3://%s/%s: no such object", bucket, key)
+	}
+	return b, nil
+}
+
+// S3Notification returns the body S3 sends for an object created in bucket
+// under key (the standard event notification shape, key URL-encoded), for
+// samples and tests.
+func S3Notification(bucket, key string, at time.Time) []byte {
+	type obj struct {
+		Key       string `json:"key"`
+		Sequencer string `json:"sequencer"`
+	}
+	type rec struct {
+		EventVersion string `json:"eventVersion"`
+		EventSource  string `json:"eventSource"`
+		EventTime    string `json:"eventTime"`
+		EventName    string `json:"eventName"`
+		S3           struct {
+			Bucket struct {
+				Name string `json:"name"`
+			} `json:"bucket"`
+			Object obj `json:"object"`
+		} `json:"s3"`
+	}
+	r := rec{EventVersion: "2.1", EventSource: "aws:s3", EventTime: at.UTC().Format(occurredAtLayout), EventName: "ObjectCreated:Put"}
+	r.S3.Bucket.Name = bucket
+	r.S3.Object = obj{Key: url.QueryEscape(key), Sequencer: fmt.Sprintf("%016X", at.UnixNano())}
+	b, _ := json.Marshal(struct {
+		Records []rec `json:"Records"`
+	}{[]rec{r}})
+	return b
+}

@@ -1,0 +1,211 @@
+package disputes
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Memory is the Store of the embedded mode: the Postgres store's semantics
+// in process, except that an event is published right after the in-memory
+// commit instead of through the outbox. A crash between the two loses the
+// event — the embedded mode keeps nothing across a restart anyway (decision
+// 0002) — and a publish error is returned after the row is committed.
+type Memory struct {
+	publisher message.Publisher
+	topic     string
+	logger    *slog.Logger
+	now       func() time.Time
+
+	mu        sync.Mutex
+	disputes  map[string]Dispute
+	flags     []Flag
+	docs      map[string]Document
+	docKeys   map[[2]string]bool
+	reminders map[string]Reminder
+	reviews   map[string]ReviewEntry
+	stats     KBStats
+}
+
+var _ Store = (*Memory)(nil)
+
+// MemoryOptions configures NewMemory.
+type MemoryOptions struct {
+	// Publisher publishes the events after commit; nil publishes nothing
+	// (a store for the consumer side only).
+	Publisher message.Publisher
+	// Topic of the events; DomainEventsQueue when empty.
+	Topic  string
+	Logger *slog.Logger
+}
+
+// NewMemory returns an empty in-memory store.
+func NewMemory(opts MemoryOptions) *Memory {
+	if opts.Topic == "" {
+		opts.Topic = DomainEventsQueue
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Memory{
+		publisher: opts.Publisher, topic: opts.Topic, logger: opts.Logger, now: time.Now,
+		disputes: map[string]Dispute{}, docs: map[string]Document{}, docKeys: map[[2]string]bool{},
+		reminders: map[string]Reminder{}, reviews: map[string]ReviewEntry{},
+	}
+}
+
+// publish sends env after the in-memory commit.
+func (m *Memory) publish(ctx context.Context, env Envelope) error {
+	if m.publisher == nil {
+		return nil
+	}
+	msg, err := Message(env)
+	if err != nil {
+		return err
+	}
+	msg.SetContext(ctx)
+	if err := m.publisher.Publish(m.topic, msg); err != nil {
+		m.logger.ErrorContext(ctx, "event committed but not published (embedded mode: no outbox)",
+			slog.String("event_id", env.EventID), slog.String("event_type", env.EventType),
+			slog.String("trace_id", env.TraceID), slog.String("queue", m.topic), slog.Any("error", err))
+		return fmt.Errorf("publish %s %s to %s after commit: %w", env.EventType, env.EventID, m.topic, err)
+	}
+	return nil
+}
+
+// RaiseDispute implements Store.
+func (m *Memory) RaiseDispute(ctx context.Context, d Dispute) (string, error) {
+	env, err := disputeEnvelope(ctx, &d, m.now())
+	if err != nil {
+		return "", fmt.Errorf("raise dispute: %w", err)
+	}
+	m.mu.Lock()
+	if _, ok := m.disputes[d.ID]; ok {
+		m.mu.Unlock()
+		return "", fmt.Errorf("raise dispute %s: %w", d.ID, ErrExists)
+	}
+	m.disputes[d.ID] = d
+	m.mu.Unlock()
+	return env.EventID, m.publish(ctx, env)
+}
+
+// FlagTransaction implements Store.
+func (m *Memory) FlagTransaction(ctx context.Context, f Flag) (string, error) {
+	env, err := flagEnvelope(ctx, &f, m.now())
+	if err != nil {
+		return "", fmt.Errorf("flag transaction: %w", err)
+	}
+	m.mu.Lock()
+	m.flags = append(m.flags, f)
+	m.mu.Unlock()
+	return env.EventID, m.publish(ctx, env)
+}
+
+// RecordDocument implements Store.
+func (m *Memory) RecordDocument(ctx context.Context, doc Document) (string, error) {
+	env, err := documentEnvelope(ctx, &doc, m.now())
+	if err != nil {
+		return "", fmt.Errorf("record document: %w", err)
+	}
+	m.mu.Lock()
+	k := [2]string{doc.Bucket, doc.Key}
+	if _, ok := m.docs[doc.ID]; ok || m.docKeys[k] {
+		m.mu.Unlock()
+		return "", fmt.Errorf("record document %s: %w", doc.ID, ErrExists)
+	}
+	m.docs[doc.ID], m.docKeys[k] = doc, true
+	m.mu.Unlock()
+	return env.EventID, m.publish(ctx, env)
+}
+
+// ScheduleReminder implements Store.
+func (m *Memory) ScheduleReminder(_ context.Context, r Reminder) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.reminders[r.DisputeID]; !ok {
+		r.TATDueAt, r.RemindAt = r.TATDueAt.UTC(), r.RemindAt.UTC()
+		m.reminders[r.DisputeID] = r
+	}
+	return nil
+}
+
+// EnqueueReview implements Store.
+func (m *Memory) EnqueueReview(_ context.Context, e ReviewEntry) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.reviews[e.EventID]; !ok {
+		e.FlaggedAt = e.FlaggedAt.UTC()
+		m.reviews[e.EventID] = e
+	}
+	return nil
+}
+
+// RefreshKBStats implements Store.
+func (m *Memory) RefreshKBStats(_ context.Context, eventID string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := KBStats{Documents: int64(len(m.docs)), LastEventID: eventID, RefreshedAt: m.now().UTC()}
+	for _, d := range m.docs {
+		if s.LastIngestedAt == nil || d.IngestedAt.After(*s.LastIngestedAt) {
+			t := d.IngestedAt
+			s.LastIngestedAt = &t
+		}
+	}
+	m.stats = s
+	return nil
+}
+
+// Dispute implements Store.
+func (m *Memory) Dispute(_ context.Context, id string) (Dispute, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, ok := m.disputes[id]
+	if !ok {
+		return Dispute{}, fmt.Errorf("dispute %s: %w", id, ErrNotFound)
+	}
+	if d.TATDueAt != nil {
+		t := d.TATDueAt.UTC()
+		d.TATDueAt = &t
+	}
+	return d, nil
+}
+
+// Reminder implements Store.
+func (m *Memory) Reminder(_ context.Context, disputeID string) (Reminder, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.reminders[disputeID]
+	return r, ok, nil
+}
+
+// ReviewEntries implements Store.
+func (m *Memory) ReviewEntries(_ context.Context, txnID string) ([]ReviewEntry, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []ReviewEntry
+	for _, e := range m.reviews {
+		if e.TxnID == txnID {
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b ReviewEntry) int {
+		if c := a.FlaggedAt.Compare(b.FlaggedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.EventID, b.EventID)
+	})
+	return out, nil
+}
+
+// KBStats implements Store.
+func (m *Memory) KBStats(_ context.Context) (KBStats, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stats, nil
+}

@@ -1,0 +1,296 @@
+package disputes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/eventpipe/eventpipe/app/dbtx"
+	"github.com/eventpipe/eventpipe/app/outbox"
+	"github.com/eventpipe/eventpipe/migrations"
+)
+
+// Tables writes the producers' business rows and their events in a caller's
+// transaction (§1: BEGIN; INSERT disputes; INSERT outbox; COMMIT): both
+// commit or neither does. The zero value is the default schema's, events to
+// domain-events.
+type Tables struct {
+	// Schema holding the tables (migrations/00005_disputes.sql) and the
+	// outbox; migrations.DefaultSchema when empty.
+	Schema string
+	// Topic the events are published to; DomainEventsQueue when empty.
+	Topic string
+	// Now defaults the rows' times; time.Now when nil.
+	Now func() time.Time
+}
+
+func (t Tables) now() time.Time {
+	if t.Now != nil {
+		return t.Now()
+	}
+	return time.Now()
+}
+
+func (t Tables) topic() string {
+	if t.Topic != "" {
+		return t.Topic
+	}
+	return DomainEventsQueue
+}
+
+func (t Tables) table(name string) string {
+	return pgx.Identifier{migrations.SchemaOrDefault(t.Schema), name}.Sanitize()
+}
+
+func (t Tables) write(ctx context.Context, tx pgx.Tx, env Envelope) error {
+	msg, err := Message(env)
+	if err != nil {
+		return err
+	}
+	return outbox.Table{Schema: t.Schema}.Write(ctx, tx, t.topic(), msg)
+}
+
+// RaiseDispute inserts d and its DisputeRaised outbox row in tx and returns
+// the event id. The caller commits or rolls back both. A dispute id that
+// exists wraps ErrExists (and leaves tx usable).
+func (t Tables) RaiseDispute(ctx context.Context, tx pgx.Tx, d Dispute) (string, error) {
+	env, err := disputeEnvelope(ctx, &d, t.now())
+	if err != nil {
+		return "", fmt.Errorf("raise dispute: %w", err)
+	}
+	// ON CONFLICT DO NOTHING: an existing id is reported without aborting
+	// the caller's transaction.
+	tag, err := tx.Exec(ctx, `INSERT INTO `+t.table("disputes")+` (id, txn_id, reason_code, rail, tat_due_at, raised_at, event_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING`, d.ID, d.TxnID, d.ReasonCode, d.Rail, d.TATDueAt, d.RaisedAt, env.EventID)
+	if err != nil {
+		return "", fmt.Errorf("raise dispute %s: %w", d.ID, exists(err))
+	}
+	if tag.RowsAffected() == 0 {
+		return "", fmt.Errorf("raise dispute %s: %w", d.ID, ErrExists)
+	}
+	if err := t.write(ctx, tx, env); err != nil {
+		return "", fmt.Errorf("raise dispute %s: %w", d.ID, err)
+	}
+	return env.EventID, nil
+}
+
+// FlagTransaction inserts f and its TransactionFlagged outbox row in tx.
+func (t Tables) FlagTransaction(ctx context.Context, tx pgx.Tx, f Flag) (string, error) {
+	env, err := flagEnvelope(ctx, &f, t.now())
+	if err != nil {
+		return "", fmt.Errorf("flag transaction: %w", err)
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO `+t.table("transaction_flags")+` (event_id, txn_id, risk_score, reason, flagged_at)
+		VALUES ($1, $2, $3, $4, $5)`, env.EventID, f.TxnID, f.RiskScore, f.Reason, f.FlaggedAt)
+	if err != nil {
+		return "", fmt.Errorf("flag transaction %s: %w", f.TxnID, err)
+	}
+	if err := t.write(ctx, tx, env); err != nil {
+		return "", fmt.Errorf("flag transaction %s: %w", f.TxnID, err)
+	}
+	return env.EventID, nil
+}
+
+// RecordDocument inserts doc and its DocumentIngested outbox row in tx. A
+// document id or (bucket, key) that exists wraps ErrExists (and leaves tx
+// usable).
+func (t Tables) RecordDocument(ctx context.Context, tx pgx.Tx, doc Document) (string, error) {
+	env, err := documentEnvelope(ctx, &doc, t.now())
+	if err != nil {
+		return "", fmt.Errorf("record document: %w", err)
+	}
+	tag, err := tx.Exec(ctx, `INSERT INTO `+t.table("kb_documents")+` (id, bucket, key, ingested_at, event_id)
+		VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`, doc.ID, doc.Bucket, doc.Key, doc.IngestedAt, env.EventID)
+	if err != nil {
+		return "", fmt.Errorf("record document %s: %w", doc.ID, exists(err))
+	}
+	if tag.RowsAffected() == 0 {
+		return "", fmt.Errorf("record document %s (s3://%s/%s): %w", doc.ID, doc.Bucket, doc.Key, ErrExists)
+	}
+	if err := t.write(ctx, tx, env); err != nil {
+		return "", fmt.Errorf("record document %s: %w", doc.ID, err)
+	}
+	return env.EventID, nil
+}
+
+func exists(err error) error {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) && pg.Code == "23505" {
+		return fmt.Errorf("%w: %w", ErrExists, err)
+	}
+	return err
+}
+
+// Postgres is the Store on PostgreSQL: producers write through Tables in a
+// transaction of their own, effects in the inbox's (dbtx.From).
+type Postgres struct {
+	pool   *pgxpool.Pool
+	tables Tables
+}
+
+var _ Store = (*Postgres)(nil)
+
+// NewPostgres returns the store on schema (migrated), its events written to
+// the outbox for topic (DomainEventsQueue when empty).
+func NewPostgres(pool *pgxpool.Pool, schema, topic string) (*Postgres, error) {
+	schema = migrations.SchemaOrDefault(schema)
+	if err := migrations.ValidateSchema(schema); err != nil {
+		return nil, fmt.Errorf("disputes: %w", err)
+	}
+	return &Postgres{pool: pool, tables: Tables{Schema: schema, Topic: topic}}, nil
+}
+
+// Tables returns the store's Tables, for callers that own the transaction.
+func (p *Postgres) Tables() Tables { return p.tables }
+
+func (p *Postgres) inTx(ctx context.Context, f func(tx pgx.Tx) error) error {
+	if tx, ok := dbtx.From(ctx); ok {
+		return f(tx)
+	}
+	return pgx.BeginFunc(ctx, p.pool, f)
+}
+
+// RaiseDispute implements Store.
+func (p *Postgres) RaiseDispute(ctx context.Context, d Dispute) (id string, err error) {
+	err = p.inTx(ctx, func(tx pgx.Tx) error {
+		id, err = p.tables.RaiseDispute(ctx, tx, d)
+		return err
+	})
+	return id, err
+}
+
+// FlagTransaction implements Store.
+func (p *Postgres) FlagTransaction(ctx context.Context, f Flag) (id string, err error) {
+	err = p.inTx(ctx, func(tx pgx.Tx) error {
+		id, err = p.tables.FlagTransaction(ctx, tx, f)
+		return err
+	})
+	return id, err
+}
+
+// RecordDocument implements Store.
+func (p *Postgres) RecordDocument(ctx context.Context, doc Document) (id string, err error) {
+	err = p.inTx(ctx, func(tx pgx.Tx) error {
+		id, err = p.tables.RecordDocument(ctx, tx, doc)
+		return err
+	})
+	return id, err
+}
+
+// ScheduleReminder implements Store.
+func (p *Postgres) ScheduleReminder(ctx context.Context, r Reminder) error {
+	return p.inTx(ctx, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO `+p.tables.table("dispute_reminders")+`
+			(dispute_id, event_id, txn_id, tat_due_at, remind_at, auto_reverse) VALUES ($1, $2, $3, $4, $5, $6)
+			ON CONFLICT (dispute_id) DO NOTHING`,
+			r.DisputeID, r.EventID, r.TxnID, r.TATDueAt, r.RemindAt, r.AutoReverse)
+		if err != nil {
+			return fmt.Errorf("schedule reminder %s: %w", r.DisputeID, err)
+		}
+		return nil
+	})
+}
+
+// EnqueueReview implements Store.
+func (p *Postgres) EnqueueReview(ctx context.Context, e ReviewEntry) error {
+	return p.inTx(ctx, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO `+p.tables.table("review_queue")+`
+			(event_id, txn_id, risk_score, reason, queue, flagged_at) VALUES ($1, $2, $3, $4, $5, $6)
+			ON CONFLICT (event_id) DO NOTHING`,
+			e.EventID, e.TxnID, e.RiskScore, e.Reason, e.Queue, e.FlaggedAt)
+		if err != nil {
+			return fmt.Errorf("enqueue review %s: %w", e.TxnID, err)
+		}
+		return nil
+	})
+}
+
+// RefreshKBStats implements Store.
+func (p *Postgres) RefreshKBStats(ctx context.Context, eventID string) error {
+	return p.inTx(ctx, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO `+p.tables.table("kb_statistics")+`
+			(id, documents, last_ingested_at, last_event_id, refreshed_at)
+			SELECT 1, count(*), max(ingested_at), $1, now() FROM `+p.tables.table("kb_documents")+`
+			ON CONFLICT (id) DO UPDATE SET documents = EXCLUDED.documents, last_ingested_at = EXCLUDED.last_ingested_at,
+				last_event_id = EXCLUDED.last_event_id, refreshed_at = EXCLUDED.refreshed_at`, eventID)
+		if err != nil {
+			return fmt.Errorf("refresh kb statistics: %w", err)
+		}
+		return nil
+	})
+}
+
+// Dispute implements Store.
+func (p *Postgres) Dispute(ctx context.Context, id string) (Dispute, error) {
+	var d Dispute
+	err := p.pool.QueryRow(ctx, `SELECT id, txn_id, reason_code, rail, tat_due_at, raised_at, event_id FROM `+p.tables.table("disputes")+` WHERE id = $1`, id).
+		Scan(&d.ID, &d.TxnID, &d.ReasonCode, &d.Rail, &d.TATDueAt, &d.RaisedAt, &d.EventID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Dispute{}, fmt.Errorf("dispute %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Dispute{}, fmt.Errorf("dispute %s: %w", id, err)
+	}
+	d.RaisedAt = d.RaisedAt.UTC()
+	if d.TATDueAt != nil {
+		t := d.TATDueAt.UTC()
+		d.TATDueAt = &t
+	}
+	return d, nil
+}
+
+// Reminder implements Store.
+func (p *Postgres) Reminder(ctx context.Context, disputeID string) (Reminder, bool, error) {
+	var r Reminder
+	err := p.pool.QueryRow(ctx, `SELECT dispute_id, event_id, txn_id, tat_due_at, remind_at, auto_reverse FROM `+p.tables.table("dispute_reminders")+` WHERE dispute_id = $1`, disputeID).
+		Scan(&r.DisputeID, &r.EventID, &r.TxnID, &r.TATDueAt, &r.RemindAt, &r.AutoReverse)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Reminder{}, false, nil
+	}
+	if err != nil {
+		return Reminder{}, false, fmt.Errorf("reminder %s: %w", disputeID, err)
+	}
+	r.TATDueAt, r.RemindAt = r.TATDueAt.UTC(), r.RemindAt.UTC()
+	return r, true, nil
+}
+
+// ReviewEntries implements Store.
+func (p *Postgres) ReviewEntries(ctx context.Context, txnID string) ([]ReviewEntry, error) {
+	rows, err := p.pool.Query(ctx, `SELECT event_id, txn_id, risk_score, reason, queue, flagged_at FROM `+p.tables.table("review_queue")+` WHERE txn_id = $1 ORDER BY flagged_at, event_id`, txnID)
+	if err != nil {
+		return nil, fmt.Errorf("review entries %s: %w", txnID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ReviewEntry, error) {
+		var e ReviewEntry
+		err := row.Scan(&e.EventID, &e.TxnID, &e.RiskScore, &e.Reason, &e.Queue, &e.FlaggedAt)
+		e.FlaggedAt = e.FlaggedAt.UTC()
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("review entries %s: %w", txnID, err)
+	}
+	return out, nil
+}
+
+// KBStats implements Store. Before any refresh it is the zero KBStats.
+func (p *Postgres) KBStats(ctx context.Context) (KBStats, error) {
+	var s KBStats
+	err := p.pool.QueryRow(ctx, `SELECT documents, last_ingested_at, last_event_id, refreshed_at FROM `+p.tables.table("kb_statistics")+` WHERE id = 1`).
+		Scan(&s.Documents, &s.LastIngestedAt, &s.LastEventID, &s.RefreshedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return KBStats{}, nil
+	}
+	if err != nil {
+		return KBStats{}, fmt.Errorf("kb statistics: %w", err)
+	}
+	if s.LastIngestedAt != nil {
+		t := s.LastIngestedAt.UTC()
+		s.LastIngestedAt = &t
+	}
+	return s, nil
+}
