@@ -147,35 +147,21 @@ var errDatabaseRestarting = errors.New("database is restarting")
 
 func TestBehaviourMatrix(t *testing.T) {
 	t.Parallel()
-	for _, b := range testbrokers.Kinds {
-		t.Run(b.Name, func(t *testing.T) {
-			t.Parallel()
-			cases := []struct {
-				name string
-				run  func(t *testing.T, b testbrokers.Kind)
-			}{
-				{"transient twice then success, in process", func(t *testing.T, b testbrokers.Kind) {
-					testTransientThenSuccess(t, b, route.InProcess)
-				}},
-				{"transient twice then success, broker redelivery", func(t *testing.T, b testbrokers.Kind) {
-					testTransientThenSuccess(t, b, route.Broker)
-				}},
-				{"permanent, drop", testPermanentDrop},
-				{"permanent, dead-letter at once", testPermanentDeadLetter},
-				{"permanent, fail until max", testPermanentFailUntilMax},
-				{"transient forever", testTransientForever},
-				{"duplicate delivery", testDuplicateDelivery},
-				{"shutdown during processing", testShutdownDuringProcessing},
-				{"consumer killed mid-handler", testKilledMidHandler},
-			}
-			for _, c := range cases {
-				t.Run(c.name, func(t *testing.T) {
-					t.Parallel()
-					c.run(t, b)
-				})
-			}
-		})
-	}
+	testbrokers.RunEach(t, []testbrokers.Case{
+		{Name: "transient twice then success, in process", Run: func(t *testing.T, b testbrokers.Kind) {
+			testTransientThenSuccess(t, b, route.InProcess)
+		}},
+		{Name: "transient twice then success, broker redelivery", Run: func(t *testing.T, b testbrokers.Kind) {
+			testTransientThenSuccess(t, b, route.Broker)
+		}},
+		{Name: "permanent, drop", Run: testPermanentDrop},
+		{Name: "permanent, dead-letter at once", Run: testPermanentDeadLetter},
+		{Name: "permanent, fail until max", Run: testPermanentFailUntilMax},
+		{Name: "transient forever", Run: testTransientForever},
+		{Name: "duplicate delivery", Run: testDuplicateDelivery},
+		{Name: "shutdown during processing", Run: testShutdownDuringProcessing},
+		{Name: "consumer killed mid-handler", Run: testKilledMidHandler},
+	})
 }
 
 type fixture struct {

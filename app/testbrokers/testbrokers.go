@@ -148,3 +148,26 @@ func newBroker(t testing.TB, kind, scope string, rabbitTopology rabbitmq.Topolog
 	t.Cleanup(func() { _ = ps.Close() })
 	return ps
 }
+
+// Case is one flow a test runs on every broker.
+type Case struct {
+	Name string
+	Run  func(t *testing.T, k Kind)
+}
+
+// RunEach runs every case on every broker of Kinds, all in parallel, as
+// subtests <broker>/<case>.
+func RunEach(t *testing.T, cases []Case) {
+	t.Helper()
+	for _, k := range Kinds {
+		t.Run(k.Name, func(t *testing.T) {
+			t.Parallel()
+			for _, c := range cases {
+				t.Run(c.Name, func(t *testing.T) {
+					t.Parallel()
+					c.Run(t, k)
+				})
+			}
+		})
+	}
+}

@@ -10,10 +10,6 @@ import (
 	"github.com/eventpipe/eventpipe/app/testbrokers"
 )
 
-type brokerKind = testbrokers.Kind
-
-var brokerKinds = testbrokers.Kinds
-
 func newBroker(t *testing.T, kind string) broker.PubSub {
 	t.Helper()
 	return testbrokers.New(t, kind, testbrokers.Scope(t, kind))

@@ -34,28 +34,14 @@ import (
 
 func TestSpecOnEveryBroker(t *testing.T) {
 	t.Parallel()
-	for _, b := range brokerKinds {
-		t.Run(b.Name, func(t *testing.T) {
-			t.Parallel()
-			cases := []struct {
-				name string
-				run  func(t *testing.T, b brokerKind)
-			}{
-				{"completed, settled, report completed", testCompletedToReport},
-				{"same completion twice", testCompletionTwice},
-				{"failed interview releases the reservation", testFailedReleases},
-				{"invalid and bad input dropped", testBadInputDropped},
-				{"generator keeps failing", testGeneratorKeepsFailing},
-				{"database down when the batch starts", testDatabaseDown},
-			}
-			for _, c := range cases {
-				t.Run(c.name, func(t *testing.T) {
-					t.Parallel()
-					c.run(t, b)
-				})
-			}
-		})
-	}
+	testbrokers.RunEach(t, []testbrokers.Case{
+		{Name: "completed, settled, report completed", Run: testCompletedToReport},
+		{Name: "same completion twice", Run: testCompletionTwice},
+		{Name: "failed interview releases the reservation", Run: testFailedReleases},
+		{Name: "invalid and bad input dropped", Run: testBadInputDropped},
+		{Name: "generator keeps failing", Run: testGeneratorKeepsFailing},
+		{Name: "database down when the batch starts", Run: testDatabaseDown},
+	})
 }
 
 // fakeGenerator records calls and fails while fail is set.
@@ -134,7 +120,7 @@ func (h *handled) count() (total int, byID map[string]int) {
 }
 
 type flow struct {
-	b          brokerKind
+	b          testbrokers.Kind
 	ps         broker.PubSub
 	store      interviews.Store
 	gen        *fakeGenerator
@@ -158,7 +144,7 @@ func testBackoff(d time.Duration) route.Backoff {
 	return route.Backoff{Initial: d, Multiplier: 1.5, Max: 2 * d, Jitter: 0.1}
 }
 
-func newFlow(t *testing.T, b brokerKind, opts flowOptions) *flow {
+func newFlow(t *testing.T, b testbrokers.Kind, opts flowOptions) *flow {
 	t.Helper()
 	ctx := context.Background()
 	ps := newBroker(t, b.Name)
@@ -292,7 +278,7 @@ func noMessage(t *testing.T, msgs <-chan *message.Message, d time.Duration, what
 	}
 }
 
-func testCompletedToReport(t *testing.T, b brokerKind) {
+func testCompletedToReport(t *testing.T, b testbrokers.Kind) {
 	f := newFlow(t, b, flowOptions{})
 	ctx := context.Background()
 	id := f.interview(t, 15, 630)
@@ -326,7 +312,7 @@ func testCompletedToReport(t *testing.T, b brokerKind) {
 	assert.Equal(t, int64(1), f.gen.calls.Load())
 }
 
-func testCompletionTwice(t *testing.T, b brokerKind) {
+func testCompletionTwice(t *testing.T, b testbrokers.Kind) {
 	f := newFlow(t, b, flowOptions{})
 	ctx := context.Background()
 	id := f.interview(t, 15, 630)
@@ -354,7 +340,7 @@ func testCompletionTwice(t *testing.T, b brokerKind) {
 	noMessage(t, f.completedD, 100*time.Millisecond, "nothing dead-lettered")
 }
 
-func testFailedReleases(t *testing.T, b brokerKind) {
+func testFailedReleases(t *testing.T, b testbrokers.Kind) {
 	f := newFlow(t, b, flowOptions{})
 	ctx := context.Background()
 	id := f.interview(t, 15, 0)
@@ -385,7 +371,7 @@ func testFailedReleases(t *testing.T, b brokerKind) {
 	assert.Zero(t, total, "no report for a failed interview")
 }
 
-func testBadInputDropped(t *testing.T, b brokerKind) {
+func testBadInputDropped(t *testing.T, b testbrokers.Kind) {
 	f := newFlow(t, b, flowOptions{})
 	ctx := context.Background()
 	id := f.interview(t, 15, 630)
@@ -447,7 +433,7 @@ func testBadInputDropped(t *testing.T, b brokerKind) {
 	assert.Zero(t, f.gen.calls.Load())
 }
 
-func testGeneratorKeepsFailing(t *testing.T, b brokerKind) {
+func testGeneratorKeepsFailing(t *testing.T, b testbrokers.Kind) {
 	f := newFlow(t, b, flowOptions{})
 	f.gen.fail.Store(true)
 	id := f.interview(t, 15, 630)
@@ -497,7 +483,7 @@ func closedPool(t *testing.T) *pgxpool.Pool {
 	return pool
 }
 
-func testDatabaseDown(t *testing.T, b brokerKind) {
+func testDatabaseDown(t *testing.T, b testbrokers.Kind) {
 	down, err := interviews.NewPostgres(closedPool(t), "", interviews.PostgresOptions{Outbox: true})
 	require.NoError(t, err)
 	var sw *switchStore
