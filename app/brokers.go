@@ -86,6 +86,7 @@ func newAdapter(ctx context.Context, cfg config.Config, logger watermill.LoggerA
 		}
 		return rabbitmq.New(ctx, rabbitmq.Config{
 			Topology:        declared,
+			QueuePrefetch:   batchSizes(top),
 			URL:             cfg.RabbitMQ.URL,
 			Prefetch:        cfg.RabbitMQ.Prefetch,
 			ChannelPoolSize: cfg.RabbitMQ.ChannelPoolSize,

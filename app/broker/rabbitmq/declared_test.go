@@ -2,6 +2,7 @@ package rabbitmq_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,4 +67,24 @@ func TestDeclaredTopologyWithoutApply(t *testing.T) {
 	ps := newPubSub(t, amqpURL, func(c *rabbitmq.Config) { c.Topology = declared })
 	require.NoError(t, ps.Publish("core/generate.questions", message.NewMessage(watermill.NewUUID(), nil)))
 	assert.Equal(t, "1", queueDepth(t, vhost, "q.generate"))
+}
+
+// A queue's own prefetch (a spec's batch size) replaces the default for its
+// consumers only.
+func TestQueuePrefetch(t *testing.T) {
+	t.Parallel()
+	amqpURL, vhost := newVhost(t)
+	one, other := brokertest.Topic(t)+"-one", brokertest.Topic(t)+"-other"
+	ps := newPubSub(t, amqpURL, func(c *rabbitmq.Config) { c.QueuePrefetch = map[string]int{one: 1} })
+	for _, q := range []string{one, other} {
+		_, err := ps.Subscribe(context.Background(), q)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool {
+		out := rabbitmqctl(t, "list_consumers", "-p", vhost, "queue_name", "prefetch_count")
+		return strings.Contains(out, one+"\t1") && strings.Contains(out, other+"\t100")
+	}, 30*time.Second, 200*time.Millisecond)
+
+	_, err := rabbitmq.New(context.Background(), rabbitmq.Config{URL: amqpURL, QueuePrefetch: map[string]int{one: 0}}, nil)
+	assert.ErrorContains(t, err, "prefetch 0 of queue")
 }

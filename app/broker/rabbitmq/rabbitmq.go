@@ -62,6 +62,10 @@ type Config struct {
 	// Prefetch is how many unacknowledged messages RabbitMQ pushes to each
 	// subscription ahead of its acks. Default 100.
 	Prefetch int
+	// QueuePrefetch overrides Prefetch for some queues (queue → 1..65535): a
+	// spec's batch size per queue (the interviews spec's report-generate
+	// takes one message at a time).
+	QueuePrefetch map[string]int
 
 	// ChannelPoolSize is the number of AMQP channels publishes share, and so
 	// the number of Publish calls in flight at once; more wait for a free
@@ -140,6 +144,11 @@ func (c Config) Validate() error {
 	if c.Prefetch > 65535 {
 		// The AMQP field is 16 bits wide.
 		errs = append(errs, fmt.Errorf("rabbitmq: prefetch %d exceeds 65535", c.Prefetch))
+	}
+	for q, n := range c.QueuePrefetch {
+		if n < 1 || n > 65535 {
+			errs = append(errs, fmt.Errorf("rabbitmq: prefetch %d of queue %s: want 1..65535", n, q))
+		}
 	}
 	if c.ChannelPoolSize < 0 {
 		errs = append(errs, fmt.Errorf("rabbitmq: channel pool size %d must not be negative", c.ChannelPoolSize))
@@ -465,7 +474,11 @@ func (p *PubSub) consumeOnce(ctx context.Context, topic string, out chan<- *mess
 	defer func() { _ = ch.Close() }()
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
 
-	if err := ch.Qos(p.cfg.Prefetch, 0, false); err != nil {
+	prefetch := p.cfg.Prefetch
+	if n, ok := p.cfg.QueuePrefetch[p.topology.Queue(topic)]; ok {
+		prefetch = n
+	}
+	if err := ch.Qos(prefetch, 0, false); err != nil {
 		return false, fmt.Errorf("set prefetch: %w", err)
 	}
 	// Again, in case the broker lost the queue (a non-durable broker reset,
