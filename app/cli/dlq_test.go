@@ -23,3 +23,14 @@ func TestDLQUsageErrors(t *testing.T) {
 		assert.Contains(t, r.stderr, c.want, name)
 	}
 }
+
+// The §9 smoke message: published with the ids its envelope carries, so the
+// transport's message_id and x-trace-id agree with messageId and traceId.
+func TestPublishTakesTheIDsFromTheBody(t *testing.T) {
+	t.Parallel()
+	body := `{"messageId":"smoke-1","messageType":"analyze.resume","version":"v1","traceId":"local-test","publishedAt":"2026-04-27T15:00:00Z","publisher":"manual","payload":{"resumeId":1,"filePath":"resumes/raw/1/test.pdf","analyzedDocumentId":1},"context":{"userId":1}}`
+	r := run(t, []string{"EVENTPIPE_STACKUP_ENABLED=true", "EVENTPIPE_ADMIN_ADDR="}, "publish", "--topic", "stackup.core-to-ai/analyze.resume", "--body", body)
+	assert.Equal(t, cli.ExitOK, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "published smoke-1 to stackup.core-to-ai/analyze.resume")
+	assert.Contains(t, r.stdout, "(trace local-test)")
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/eventpipe/eventpipe/app"
+	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/topology"
 	"github.com/eventpipe/eventpipe/middleware"
 )
@@ -47,9 +48,6 @@ that route would reject is refused and nothing is sent. --raw skips the check
 			if err != nil {
 				return usageError{err}
 			}
-			if id == "" {
-				id = watermill.NewUUID()
-			}
 			msg := message.NewMessage(id, payload)
 			for _, kv := range metadata {
 				k, v, ok := strings.Cut(kv, "=")
@@ -57,9 +55,6 @@ that route would reject is refused and nothing is sent. --raw skips the check
 					return usageError{fmt.Errorf("--metadata %q: want key=value", kv)}
 				}
 				msg.Metadata.Set(k, v)
-			}
-			if msg.Metadata.Get(middleware.TraceIDKey) == "" {
-				msg.Metadata.Set(middleware.TraceIDKey, middleware.NewTraceID())
 			}
 
 			cfg, err := e.load()
@@ -70,10 +65,28 @@ that route would reject is refused and nothing is sent. --raw skips the check
 			if err != nil {
 				return err
 			}
+			var consumer route.Route
 			if !raw {
-				if err := validateBody(top, topic, payload); err != nil {
+				if consumer, err = validateBody(top, topic, payload); err != nil {
 					return err
 				}
+			}
+			// The ids the body carries, unless given: the transport's must
+			// agree with them (consumers deduplicate and trace on them).
+			if id == "" && consumer.MessageID != nil {
+				id = consumer.MessageID(payload)
+			}
+			if msg.Metadata.Get(middleware.TraceIDKey) == "" && consumer.TraceID != nil {
+				if tid := consumer.TraceID(message.NewMessage("", payload)); tid != "" {
+					msg.Metadata.Set(middleware.TraceIDKey, tid)
+				}
+			}
+			if id == "" {
+				id = watermill.NewUUID()
+			}
+			msg.UUID = id
+			if msg.Metadata.Get(middleware.TraceIDKey) == "" {
+				msg.Metadata.Set(middleware.TraceIDKey, middleware.NewTraceID())
 			}
 			if cfg.Serve.ConnectTimeout == 0 {
 				cfg.Serve.ConnectTimeout = publishConnectTimeout
@@ -123,24 +136,28 @@ func (e *env) readBody(body, file string) ([]byte, error) {
 // validateBody checks payload the way the consumers of topic will: the route
 // of the queue, or of every queue an "<exchange>/<routing-key>" topic reaches
 // by top's bindings. Nothing is sent when one refuses it.
-func validateBody(top topology.Topology, topic string, payload []byte) error {
+func validateBody(top topology.Topology, topic string, payload []byte) (route.Route, error) {
 	queues := []string{topic}
 	if exchange, key, routed := strings.Cut(topic, "/"); routed && exchange != "" {
 		queues = top.Route(exchange, key)
 		if len(queues) == 0 {
-			return usageError{fmt.Errorf("no queue of the enabled specs is bound to exchange %q for routing key %q (is the spec enabled?); nothing sent", exchange, key)}
+			return route.Route{}, usageError{fmt.Errorf("no queue of the enabled specs is bound to exchange %q for routing key %q (is the spec enabled?); nothing sent", exchange, key)}
 		}
 	} else if routed {
 		queues = []string{key}
 	}
-	for _, q := range queues {
+	var first route.Route
+	for i, q := range queues {
 		r, err := app.Catalog().ByQueue(q)
 		if err != nil {
-			return usageError{fmt.Errorf("%w; use --raw to publish anyway", err)}
+			return route.Route{}, usageError{fmt.Errorf("%w; use --raw to publish anyway", err)}
 		}
 		if err := r.Validate(payload); err != nil {
-			return usageError{fmt.Errorf("body refused by route %s, nothing sent: %w", r.Name, err)}
+			return route.Route{}, usageError{fmt.Errorf("body refused by route %s, nothing sent: %w", r.Name, err)}
+		}
+		if i == 0 {
+			first = r
 		}
 	}
-	return nil
+	return first, nil
 }

@@ -33,6 +33,11 @@ type Route struct {
 	// requestId attribute, the disputes envelope's trace_id), or "". It is
 	// used for a message without an x-trace-id.
 	TraceID func(msg *message.Message) string
+	// MessageID, when set, returns the id the wire format carries in the
+	// body (the StackUp envelope's messageId, the disputes envelope's
+	// event_id), or "". `eventpipe publish` uses it as the message id, so
+	// the transport id and the body's id agree.
+	MessageID func(payload []byte) string
 }
 
 // EffectivePolicy is the route's policy, DefaultPolicy when it sets none.

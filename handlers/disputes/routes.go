@@ -95,6 +95,13 @@ func (h Handlers) Routes() route.Set {
 		Handle:   h.handleDomainEvent,
 		Policy:   h.Policy(),
 		TraceID:  traceIDOf,
+		MessageID: func(payload []byte) string {
+			env, err := Decode(payload)
+			if err != nil {
+				return ""
+			}
+			return env.EventID
+		},
 	}}
 	if h.Objects != nil {
 		set = append(set, h.ingestRoute())

@@ -69,6 +69,13 @@ func (c Consumer) Route() route.Route {
 		Handle:   c.handle,
 		Policy:   c.Policy,
 		TraceID:  envelope.TraceIDOf,
+		MessageID: func(payload []byte) string {
+			e, err := envelope.Decode(payload)
+			if err != nil {
+				return ""
+			}
+			return e.MessageID
+		},
 	}
 }
 
