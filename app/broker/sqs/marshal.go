@@ -2,7 +2,9 @@ package sqs
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -55,16 +57,54 @@ var (
 	_ wsqs.Unmarshaler = Marshaler{}
 )
 
-// Marshal returns msg as an SQS message.
+// OverflowAttribute carries, as one JSON object, the metadata that does not
+// fit SQS's ten message attributes beside the others (see Marshal).
+const OverflowAttribute = "eventpipe-metadata"
+
+// Marshal returns msg as an SQS message. Metadata beyond SQS's ten message
+// attributes (the UUID takes one) is not refused: the keys a foreign SQS
+// consumer is likeliest to read stay attributes — the spec's own keys before
+// eventpipe's x-* ones, x-trace-id first among those, each group in name
+// order — and the rest travel in OverflowAttribute as one JSON object, which
+// Unmarshal merges back. The same metadata thus fits every broker.
 func (Marshaler) Marshal(msg *message.Message) (*types.Message, error) {
-	attrs := make(map[string]types.MessageAttributeValue, len(msg.Metadata)+1)
+	var keys []string
 	for k, v := range msg.Metadata {
 		if v == "" || k == "" || k == ReceiveCountKey || k == broker.AttemptKey {
 			continue
 		}
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		if ra, rb := attributeRank(a), attributeRank(b); ra != rb {
+			return ra - rb
+		}
+		return strings.Compare(a, b)
+	})
+	direct := keys
+	var overflow map[string]string
+	if len(keys)+1 > MaxMessageAttributes {
+		direct = keys[:MaxMessageAttributes-2] // the UUID and the overflow take two
+		overflow = make(map[string]string, len(keys)-len(direct))
+		for _, k := range keys[len(direct):] {
+			overflow[k] = msg.Metadata[k]
+		}
+	}
+	attrs := make(map[string]types.MessageAttributeValue, len(direct)+2)
+	for _, k := range direct {
 		attrs[attributeName(k)] = types.MessageAttributeValue{
 			DataType:    aws.String(wsqs.AWSStringDataType),
-			StringValue: aws.String(v),
+			StringValue: aws.String(msg.Metadata[k]),
+		}
+	}
+	if overflow != nil {
+		packed, err := json.Marshal(overflow)
+		if err != nil {
+			return nil, fmt.Errorf("message %s: pack metadata: %w", msg.UUID, err)
+		}
+		attrs[OverflowAttribute] = types.MessageAttributeValue{
+			DataType:    aws.String(wsqs.AWSStringDataType),
+			StringValue: aws.String(string(packed)),
 		}
 	}
 	if msg.UUID != "" {
@@ -85,7 +125,7 @@ func (Marshaler) Marshal(msg *message.Message) (*types.Message, error) {
 // string value.)
 func (Marshaler) Unmarshal(m *types.Message) (*message.Message, error) {
 	meta := make(message.Metadata, len(m.MessageAttributes))
-	uuid := ""
+	uuid, overflow := "", ""
 	for name, v := range m.MessageAttributes {
 		if name == wsqs.UUIDAttribute {
 			// Only a string counts: a foreign publisher's odd value must not
@@ -99,7 +139,24 @@ func (Marshaler) Unmarshal(m *types.Message) (*message.Message, error) {
 		if !ok {
 			continue
 		}
+		if name == OverflowAttribute {
+			overflow = value
+			continue
+		}
 		meta[metadataKey(name)] = value
+	}
+	if overflow != "" {
+		var packed map[string]string
+		// A foreign value that is not our JSON is kept as it is.
+		if json.Unmarshal([]byte(overflow), &packed) == nil {
+			for k, v := range packed {
+				if _, direct := meta[k]; !direct {
+					meta[k] = v
+				}
+			}
+		} else {
+			meta[OverflowAttribute] = overflow
+		}
 	}
 	if uuid == "" {
 		uuid = aws.ToString(m.MessageId)
@@ -257,4 +314,18 @@ func checkMessage(uuid string, m *types.Message) (int, error) {
 		}
 	}
 	return size, nil
+}
+
+// attributeRank orders metadata keys for the ten SQS attributes: the spec's
+// own keys (requestId, eventType, event_id…) first, then the trace id, then
+// eventpipe's other x-* keys.
+func attributeRank(k string) int {
+	switch {
+	case !strings.HasPrefix(k, "x-"):
+		return 0
+	case k == "x-trace-id":
+		return 1
+	default:
+		return 2
+	}
 }

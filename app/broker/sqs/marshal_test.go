@@ -1,6 +1,7 @@
 package sqs_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -46,13 +47,13 @@ func TestMarshalerRoundTrip(t *testing.T) {
 	m, err := sqs.Marshaler{}.Marshal(msg)
 	require.NoError(t, err)
 	assert.Equal(t, `{"a":1}`, aws.ToString(m.Body))
-	assert.Len(t, m.MessageAttributes, len(keys)+1, "keys plus the UUID; empty values, the receive count and the attempt are not sent")
+	assert.Len(t, m.MessageAttributes, sqs.MaxMessageAttributes, "8 keys, the UUID, and the rest packed; empty values, the receive count and the attempt are not sent")
 	for name, v := range m.MessageAttributes {
 		assert.True(t, validName(name), "attribute name %q is not valid on SQS", name)
 		assert.Equal(t, "String", aws.ToString(v.DataType))
 		assert.NotEmpty(t, aws.ToString(v.StringValue))
 	}
-	for _, k := range []string{"requestId", "x-trace-id", "event.type"} {
+	for _, k := range []string{"requestId", "event.type"} {
 		assert.Contains(t, m.MessageAttributes, k, "a valid name is not encoded")
 	}
 
@@ -114,4 +115,32 @@ func TestUnmarshalForeign(t *testing.T) {
 			assert.Equal(t, "b", string(got.Payload))
 		})
 	}
+}
+
+// Metadata beyond ten attributes travels packed and comes back whole; the
+// spec's own keys and the trace id stay real attributes.
+func TestMarshalPacksMetadataBeyondTenAttributes(t *testing.T) {
+	t.Parallel()
+	msg := message.NewMessage("m-1", []byte(`{}`))
+	msg.Metadata.Set("requestId", "r-1")
+	msg.Metadata.Set("eventType", "interview.completed")
+	msg.Metadata.Set("x-trace-id", "t-1")
+	for i := range 12 {
+		msg.Metadata.Set(fmt.Sprintf("x-extra-%02d", i), fmt.Sprintf("v%d", i))
+	}
+	m, err := sqs.Marshaler{}.Marshal(msg)
+	require.NoError(t, err)
+	assert.Len(t, m.MessageAttributes, sqs.MaxMessageAttributes)
+	for _, k := range []string{"requestId", "eventType", "x-trace-id", sqs.OverflowAttribute} {
+		assert.Contains(t, m.MessageAttributes, k)
+	}
+	got, err := sqs.Marshaler{}.Unmarshal(m)
+	require.NoError(t, err)
+	assert.Equal(t, msg.Metadata, got.Metadata)
+
+	few := message.NewMessage("m-2", []byte(`{}`))
+	few.Metadata.Set("requestId", "r-2")
+	m, err = sqs.Marshaler{}.Marshal(few)
+	require.NoError(t, err)
+	assert.NotContains(t, m.MessageAttributes, sqs.OverflowAttribute, "packed only when needed")
 }
