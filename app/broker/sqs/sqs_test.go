@@ -460,10 +460,10 @@ func TestPublishRejectsWhatSQSRefuses(t *testing.T) {
 		msg    *message.Message
 		reason string
 	}{
-		"empty payload":       {message.NewMessage(watermill.NewUUID(), nil), "empty payload"},
-		"control character":   {message.NewMessage(watermill.NewUUID(), []byte("a\x00b")), "character SQS refuses"},
-		"invalid UTF-8":       {message.NewMessage(watermill.NewUUID(), []byte{'a', 0xff}), "invalid UTF-8"},
-		"bad metadata value":  {withMeta("k", "\x01"), "character SQS refuses"},
+		"empty payload":      {message.NewMessage(watermill.NewUUID(), nil), "empty payload"},
+		"control character":  {message.NewMessage(watermill.NewUUID(), []byte("a\x00b")), "character SQS refuses"},
+		"invalid UTF-8":      {message.NewMessage(watermill.NewUUID(), []byte{'a', 0xff}), "invalid UTF-8"},
+		"bad metadata value": {withMeta("k", "\x01"), "character SQS refuses"},
 		// A 1 MiB body passes the broker-wide limit, but SQS counts the
 		// attributes (here the UUID) too.
 		"body and attributes over 1 MiB": {message.NewMessage(watermill.NewUUID(), []byte(strings.Repeat("x", broker.MaxPayloadBytes))), "1048576-byte limit"},
