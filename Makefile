@@ -26,6 +26,8 @@ run: build ## run the demo on the embedded memory broker (no services needed); C
 		EVENTPIPE_INTERVIEWS_ENABLED=true EVENTPIPE_INTERVIEWS_SAMPLE_TRAFFIC=true \
 		EVENTPIPE_STACKUP_ENABLED=true EVENTPIPE_STACKUP_SAMPLE_INTERVAL=3s \
 		EVENTPIPE_DISPUTES_ENABLED=true EVENTPIPE_DISPUTES_SAMPLE_TRAFFIC=true \
+		EVENTPIPE_BOOKING_ENABLED=true EVENTPIPE_BOOKING_SAMPLE_TRAFFIC=true \
+		EVENTPIPE_JOINLINK_ENABLED=true EVENTPIPE_JOINLINK_SAMPLE_TRAFFIC=true EVENTPIPE_JOINLINK_ENABLE_SCHEDULER=true \
 		EVENTPIPE_REALTIME_TOKEN_SECRET=make-run-demo-secret-not-for-production-use ./$(BIN) serve
 
 services: ## make sure PostgreSQL, RabbitMQ and the SQS emulator are up (CI=true: only check PG/RabbitMQ)

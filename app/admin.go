@@ -34,6 +34,10 @@ func (s *Service) adminHandler() http.Handler {
 		writeJSON(w, status, map[string]any{"ready": ok, "checks": checks})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	if s.joinlink != nil && s.joinlink.api != nil {
+		// The join-link spec's admin-only API (its own bearer token).
+		mux.Handle("/program-session/", s.joinlink.api)
+	}
 	return mux
 }
 

@@ -27,9 +27,11 @@ import (
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/telemetry"
 	"github.com/eventpipe/eventpipe/config"
+	"github.com/eventpipe/eventpipe/handlers/booking"
 	"github.com/eventpipe/eventpipe/handlers/demo"
 	"github.com/eventpipe/eventpipe/handlers/disputes"
 	"github.com/eventpipe/eventpipe/handlers/interviews"
+	"github.com/eventpipe/eventpipe/handlers/joinlink"
 	"github.com/eventpipe/eventpipe/handlers/realtime"
 	"github.com/eventpipe/eventpipe/handlers/stackup"
 	stackuprt "github.com/eventpipe/eventpipe/handlers/stackup/realtime"
@@ -57,6 +59,9 @@ type Service struct {
 	stackup *stackup.Handlers
 	// disputes is the disputes spec's state; nil when the spec is off.
 	disputes *disputesSpec
+	// booking and joinlink are those specs' state; nil when off.
+	booking  *bookingSpec
+	joinlink *joinlinkSpec
 	// realtime is the SSE server of the stackup realtime role; nil when off.
 	realtime         *realtime.Server
 	realtimeLn       net.Listener
@@ -162,7 +167,19 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Service,
 			return nil, err
 		}
 	}
-	s.routes, err = buildRoutes(specDeps{cfg: cfg, publisher: s.publisher, logger: logger, interviews: s.interviews, stackup: s.stackup, disputes: s.disputes}, top)
+	if cfg.Booking.Enabled {
+		if s.booking, err = newBooking(cfg, s.db); err != nil {
+			s.closeResources()
+			return nil, err
+		}
+	}
+	if cfg.JoinLink.Enabled {
+		if s.joinlink, err = newJoinLink(cfg, s.db, logger); err != nil {
+			s.closeResources()
+			return nil, err
+		}
+	}
+	s.routes, err = buildRoutes(specDeps{cfg: cfg, publisher: s.publisher, logger: logger, interviews: s.interviews, stackup: s.stackup, disputes: s.disputes, booking: s.booking, joinlink: s.joinlink}, top)
 	if err != nil {
 		s.closeResources()
 		return nil, err
@@ -310,6 +327,34 @@ func (s *Service) Run(ctx context.Context) error {
 	defer stopWorkers()
 	if s.db != nil && s.cfg.Outbox.Relay {
 		workers.Go(func() { s.runDatabaseWorkers(workersCtx) })
+	}
+	if s.booking != nil && s.cfg.Booking.SampleTraffic {
+		wg.Go(func() {
+			p := booking.Producer{Publisher: s.publisher, Logger: s.logger}
+			if err := booking.SampleTraffic(ctx, p, s.booking.store, s.logger); err != nil {
+				s.logger.Error("booking sample traffic", slog.Any("error", err))
+			}
+		})
+	}
+	if s.joinlink != nil {
+		// The dispatcher publishes: it stops with the workers, before the
+		// broker closes.
+		if s.cfg.JoinLink.EnableScheduler {
+			workers.Go(func() {
+				d := &joinlink.Dispatcher{Schedules: s.joinlink.schedules, Publisher: s.publisher, Interval: s.cfg.JoinLink.DispatchInterval, Logger: s.logger}
+				_ = d.Run(workersCtx)
+			})
+		}
+		if s.cfg.JoinLink.EnableFallbackCron {
+			workers.Go(func() { _ = s.joinlink.service.RunFallback(workersCtx, joinlink.FallbackInterval) })
+		}
+		if s.cfg.JoinLink.SampleTraffic {
+			wg.Go(func() {
+				if err := joinlink.SampleTraffic(ctx, s.joinlink.service, s.logger); err != nil {
+					s.logger.Error("joinlink sample traffic", slog.Any("error", err))
+				}
+			})
+		}
 	}
 
 	var runErr error

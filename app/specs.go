@@ -3,6 +3,7 @@ package app
 import (
 	"fmt"
 	"log/slog"
+	"os"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -14,9 +15,11 @@ import (
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/topology"
 	"github.com/eventpipe/eventpipe/config"
+	"github.com/eventpipe/eventpipe/handlers/booking"
 	"github.com/eventpipe/eventpipe/handlers/demo"
 	"github.com/eventpipe/eventpipe/handlers/disputes"
 	"github.com/eventpipe/eventpipe/handlers/interviews"
+	"github.com/eventpipe/eventpipe/handlers/joinlink"
 	"github.com/eventpipe/eventpipe/handlers/stackup"
 	"github.com/eventpipe/eventpipe/handlers/stackup/catalog"
 	"github.com/eventpipe/eventpipe/handlers/stackup/core"
@@ -51,6 +54,9 @@ type specDeps struct {
 	// disputes is the disputes spec's store, inbox and object store
 	// (newDisputes); nil when the spec is off.
 	disputes *disputesSpec
+	// booking and joinlink are those specs' state; nil when off.
+	booking  *bookingSpec
+	joinlink *joinlinkSpec
 }
 
 // specs lists every spec this binary knows, in the order their routes are
@@ -111,6 +117,24 @@ func specs() []spec {
 				return h.Routes(), nil
 			},
 			catalog: disputes.Catalog,
+		},
+		{
+			name:     "booking",
+			enabled:  func(c config.Config) bool { return c.Booking.Enabled },
+			topology: "booking",
+			routes: func(d specDeps) (route.Set, error) {
+				return booking.Handlers{Store: d.booking.store, Inbox: d.booking.inbox, Logger: d.logger}.Routes(), nil
+			},
+			catalog: booking.Catalog,
+		},
+		{
+			name:     "joinlink",
+			enabled:  func(c config.Config) bool { return c.JoinLink.Enabled },
+			topology: "joinlink",
+			routes: func(d specDeps) (route.Set, error) {
+				return joinlink.Handlers{Service: d.joinlink.service, Logger: d.logger}.Routes(), nil
+			},
+			catalog: joinlink.Catalog,
 		},
 	}
 }
@@ -309,5 +333,69 @@ func newDisputes(cfg config.Config, db *pgxpool.Pool, pub message.Publisher, log
 		return nil, fmt.Errorf("disputes: %w", err)
 	}
 	d.store, d.inbox = store, ib
+	return d, nil
+}
+
+// bookingSpec is the booking spec's state (newBooking).
+type bookingSpec struct {
+	store booking.Store
+	inbox inbox.Store
+}
+
+// newBooking returns the booking spec's store and inbox: PostgreSQL when
+// postgres.dsn is set (db non-nil), in memory otherwise. The producers publish
+// straight to the queue (no business row, so no outbox).
+func newBooking(cfg config.Config, db *pgxpool.Pool) (*bookingSpec, error) {
+	if db == nil {
+		return &bookingSpec{store: booking.NewMemory(), inbox: inbox.NewMemory()}, nil
+	}
+	store, err := booking.NewPostgres(db, cfg.Postgres.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("booking: %w", err)
+	}
+	ib, err := inbox.NewPostgres(db, cfg.Postgres.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("booking: %w", err)
+	}
+	return &bookingSpec{store: store, inbox: ib}, nil
+}
+
+// joinlinkSpec is the join-link spec's state (newJoinLink).
+type joinlinkSpec struct {
+	service   *joinlink.Service
+	schedules joinlink.DueSchedules
+	// api is the admin API; nil when joinlink.admin_token_env names an
+	// unset variable.
+	api *joinlink.API
+}
+
+// newJoinLink returns the join-link spec's store and schedules: PostgreSQL
+// when postgres.dsn is set, in memory otherwise. bulkRegister is the
+// in-memory fake: there is no online-session client yet.
+func newJoinLink(cfg config.Config, db *pgxpool.Pool, logger *slog.Logger) (*joinlinkSpec, error) {
+	d := &joinlinkSpec{}
+	var store joinlink.Store
+	if db == nil {
+		store, d.schedules = joinlink.NewMemory(), joinlink.NewMemorySchedules()
+	} else {
+		s, err := joinlink.NewPostgres(db, cfg.Postgres.Schema)
+		if err != nil {
+			return nil, fmt.Errorf("joinlink: %w", err)
+		}
+		sch, err := joinlink.NewPostgresSchedules(db, cfg.Postgres.Schema)
+		if err != nil {
+			return nil, fmt.Errorf("joinlink: %w", err)
+		}
+		store, d.schedules = s, sch
+	}
+	d.service = &joinlink.Service{
+		Store:     store,
+		Generator: joinlink.NewMemoryGenerator(),
+		Scheduler: &joinlink.Scheduler{Enabled: cfg.JoinLink.EnableScheduler, Schedules: d.schedules, Logger: logger},
+		Logger:    logger,
+	}
+	if token := os.Getenv(cfg.JoinLink.AdminTokenEnv); token != "" {
+		d.api = &joinlink.API{Service: d.service, Auth: joinlink.BearerAuth(token), Logger: logger}
+	}
 	return d, nil
 }

@@ -112,6 +112,47 @@ type Config struct {
 	// Disputes configures the disputes spec (domain events through the
 	// transactional outbox).
 	Disputes Disputes `yaml:"disputes" envPrefix:"DISPUTES_"`
+	// JoinLink configures the join-link spec (scheduled join-link generation).
+	JoinLink JoinLink `yaml:"joinlink" envPrefix:"JOINLINK_"`
+	// Booking configures the booking spec (booking-session events on one
+	// SQS FIFO queue).
+	Booking Booking `yaml:"booking" envPrefix:"BOOKING_"`
+}
+
+// Booking configures the booking spec (specs/booking-session-fifo-pipeline.md,
+// handlers/booking): the booking-session-processor on
+// booking-session-events.fifo, idempotent on the body's eventId. Its store and
+// inbox are PostgreSQL when postgres.dsn is set, in memory otherwise.
+type Booking struct {
+	// Enabled turns the spec's route on.
+	Enabled bool `yaml:"enabled" env:"ENABLED" doc:"Run the booking spec: the booking-session processor on booking-session-events.fifo (topology config/topology/booking.yaml)."`
+	// SampleTraffic enqueues one booking session's events over both
+	// transports (one event twice) when serve starts (make run).
+	SampleTraffic bool `yaml:"sample_traffic" env:"SAMPLE_TRAFFIC" doc:"At start, enqueue a sample booking session's events over HTTP and Socket.IO, one of them on both (make run)."`
+}
+
+// JoinLink configures the join-link spec (specs/join-link-scheduled-generation-trd.md,
+// handlers/joinlink): the processor on join-link-generation, the in-process
+// scheduler (EventBridge's role), the 4-hourly fallback sweep and the admin
+// API. Store and schedules are PostgreSQL when postgres.dsn is set, in memory
+// otherwise. bulkRegister is an in-memory fake for now.
+type JoinLink struct {
+	// Enabled turns the spec's route on.
+	Enabled bool `yaml:"enabled" env:"ENABLED" doc:"Run the join-link spec: the processor on join-link-generation (topology config/topology/joinlink.yaml)."`
+	// SampleTraffic schedules one session 2 s ahead and sweeps one missed
+	// session when serve starts (make run).
+	SampleTraffic bool `yaml:"sample_traffic" env:"SAMPLE_TRAFFIC" doc:"At start, schedule a sample session 2 s ahead and sweep a missed one (make run); needs enable_scheduler."`
+	// EnableScheduler is the spec's ENABLE_JOIN_LINK_SCHEDULER: register
+	// per-session schedules and run the dispatcher.
+	EnableScheduler bool `yaml:"enable_scheduler" env:"ENABLE_SCHEDULER" doc:"Register per-session schedules and publish them when due (the spec's ENABLE_JOIN_LINK_SCHEDULER)."`
+	// EnableFallbackCron is the spec's ENABLE_JOIN_LINK_FALLBACK_CRON: the
+	// 4-hourly sweep.
+	EnableFallbackCron bool `yaml:"enable_fallback_cron" env:"ENABLE_FALLBACK_CRON" doc:"Run the 4-hourly fallback sweep (the spec's ENABLE_JOIN_LINK_FALLBACK_CRON)."`
+	// DispatchInterval is how often due schedules are polled.
+	DispatchInterval time.Duration `yaml:"dispatch_interval" env:"DISPATCH_INTERVAL" doc:"How often due schedules are published (more than 0s)."`
+	// AdminTokenEnv names the variable holding the admin API's bearer
+	// token; unset or empty leaves the API off.
+	AdminTokenEnv string `yaml:"admin_token_env" env:"ADMIN_TOKEN_ENV" doc:"Name of the environment variable holding the admin API's bearer token; the API is off when it is unset."`
 }
 
 // Disputes configures the disputes spec (specs/outbox-domain-events-lld.md,
@@ -444,6 +485,7 @@ func Defaults() Config {
 		Demo:       Demo{Enabled: false, Interval: time.Second},
 		Interviews: Interviews{Enabled: false, SampleTraffic: false, StaleClaim: 10 * time.Minute},
 		Disputes:   Disputes{Enabled: false, SampleTraffic: false, AMLThreshold: 80, DefaultTAT: 5 * 24 * time.Hour},
+		JoinLink:   JoinLink{Enabled: false, SampleTraffic: false, EnableScheduler: false, EnableFallbackCron: false, DispatchInterval: time.Second, AdminTokenEnv: "EVENTPIPE_JOINLINK_ADMIN_TOKEN"},
 		LLM:        LLM{BaseURL: "https://api.openai.com/v1", Model: "gpt-4.1-mini", APIKeyEnv: "OPENAI_API_KEY", Timeout: 120 * time.Second},
 		Realtime: Realtime{
 			Addr:           "127.0.0.1:8080",

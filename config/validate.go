@@ -139,6 +139,7 @@ func (c Config) Validate() error {
 		ps.add("disputes.aml_threshold", "must be more than 0 and at most 100, got %g", t)
 	}
 	positive(&ps, "disputes.default_tat", c.Disputes.DefaultTAT)
+	positive(&ps, "joinlink.dispatch_interval", c.JoinLink.DispatchInterval)
 	checkURL(&ps, "llm.base_url", c.LLM.BaseURL, endpointURL)
 	if strings.TrimSpace(c.LLM.Model) == "" {
 		ps.add("llm.model", "must not be empty")

@@ -1,0 +1,227 @@
+package joinlink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/eventpipe/eventpipe/app/failure"
+)
+
+// The spec's timing constants (§Deployment & Operations: code constants, not
+// env).
+const (
+	// StaleAfter (STALE_MS): an IN_PROGRESS run older than this is taken
+	// for crashed and may be reclaimed (dec-06, risk-01).
+	StaleAfter = 30 * time.Minute
+	// Grace (GRACE_MS): the sweep leaves a session alone until this long
+	// after its link_generation_at, so a just-fired event runs first
+	// (dec-06: "Grace + stale windows (30 min)").
+	Grace = 30 * time.Minute
+	// FallbackInterval (FALLBACK_CRON, "every 4h").
+	FallbackInterval = 4 * time.Hour
+	// FallbackBatchLimit (FALLBACK_BATCH_LIMIT): sessions per sweep tick,
+	// run sequentially.
+	FallbackBatchLimit = 50
+	// MaxRetryAttempts (MAX_RETRY_ATTEMPTS): receives of one event.
+	MaxRetryAttempts = 5
+	// MaxEventAge (MAX_EVENT_AGE_SECONDS = 86400).
+	MaxEventAge = 24 * time.Hour
+)
+
+// BulkRequest is bulkRegister's input (iface-05): { sessionId, role,
+// batchSize }; zero role/batch size = the generator's defaults.
+type BulkRequest struct {
+	SessionID int64
+	Role      string
+	BatchSize int
+}
+
+// BulkResult is bulkRegister's output: { jobId, total }.
+type BulkResult struct {
+	JobID string
+	Total int
+}
+
+// Generator is the online-session subsystem's bulkRegister (iface-05,
+// v1.0.0): it registers every eligible registrant of a session for a join
+// link. It is at-least-once and idempotent on (registration, session). An
+// error is retryable unless marked failure.Permanent.
+type Generator interface {
+	BulkRegister(ctx context.Context, req BulkRequest, actorUserID int64) (BulkResult, error)
+}
+
+// Outcome is what GenerateForSession did.
+type Outcome string
+
+// The outcomes.
+const (
+	// Generated: the claim was won and bulkRegister dispatched (COMPLETED).
+	Generated Outcome = "generated"
+	// Skipped: the claim was lost (another run holds it, or the session is
+	// COMPLETED / NOT_SCHEDULED): a no-op, not an error.
+	Skipped Outcome = "skipped"
+)
+
+// Service is the generation side: the single entry point
+// (JoinLinkGenerationService.generateForSession), the fallback sweep
+// (JoinLinkGenerationFallbackService) and the admin's setLinkGeneration
+// (ProgramSessionService).
+type Service struct {
+	Store     Store
+	Generator Generator
+	// Scheduler registers and deletes the per-session schedules; nil
+	// schedules nothing (the sweep still generates).
+	Scheduler *Scheduler
+	Logger    *slog.Logger
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+func (s *Service) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+func (s *Service) logger() *slog.Logger {
+	if s.Logger != nil {
+		return s.Logger
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// GenerateForSession is the one gate every trigger passes through (dec-09):
+// it claims the session atomically and, when it wins, calls bulkRegister
+// and marks the session COMPLETED; on a generation error it marks it FAILED
+// and returns the error (its class kept: unmarked = retryable). A lost claim
+// returns Skipped and no error (a duplicate trigger is not a failure). A
+// missing session returns an error wrapping ErrNotFound (permanent).
+func (s *Service) GenerateForSession(ctx context.Context, d Data) (Outcome, error) {
+	log := s.logger().With(slog.Int64("program_session_id", d.ProgramSessionID))
+	claimedAt := micro(s.now())
+	won, err := s.Store.Claim(ctx, d.ProgramSessionID, d.ActorUserID, claimedAt, claimedAt.Add(-StaleAfter))
+	if err != nil {
+		return "", err
+	}
+	if !won {
+		sess, err := s.Store.Session(ctx, d.ProgramSessionID)
+		if errors.Is(err, ErrNotFound) {
+			log.WarnContext(ctx, "join-link generation: program session not found")
+			return "", failure.AsPermanent(err)
+		}
+		log.InfoContext(ctx, "join-link generation: claim skipped", slog.String("status", string(sess.Status)))
+		return Skipped, nil
+	}
+	res, genErr := s.Generator.BulkRegister(ctx, BulkRequest{SessionID: d.ProgramSessionID, Role: d.Role, BatchSize: d.BatchSize}, d.ActorUserID)
+	status := Completed
+	if genErr != nil {
+		status = Failed
+	}
+	// The status write must happen even when ctx ended mid-generation.
+	wctx := context.WithoutCancel(ctx)
+	ok, err := s.Store.Finish(wctx, d.ProgramSessionID, claimedAt, status, d.ActorUserID, s.now())
+	if genErr != nil {
+		log.ErrorContext(ctx, "join-link generation failed", slog.Any("error", genErr), slog.String("error_class", failure.Of(genErr).String()))
+		if err != nil {
+			return "", errors.Join(genErr, err)
+		}
+		return "", fmt.Errorf("join-link generation for session %d: %w", d.ProgramSessionID, genErr)
+	}
+	if err != nil {
+		// bulkRegister ran; the retry re-claims (FAILED/stale) and
+		// bulkRegister's own idempotency absorbs the repeat.
+		return "", err
+	}
+	if !ok {
+		log.WarnContext(ctx, "join-link generation finished after its run was reclaimed as stale; status left to the new run")
+	}
+	log.InfoContext(ctx, "join-link generation dispatched", slog.String("job_id", res.JobID), slog.Int("total", res.Total))
+	return Generated, nil
+}
+
+// SweepResult is what one fallback tick did.
+type SweepResult struct {
+	Found, Generated, Skipped, Failed int
+}
+
+// Sweep is one fallback tick (the 4-hourly cron): the sessions due before
+// now - Grace that are SCHEDULED, FAILED or stale IN_PROGRESS (never
+// COMPLETED, inv-03), at most FallbackBatchLimit, oldest first, each through
+// GenerateForSession in turn. A session's failure is logged and the sweep
+// goes on; only the candidate query's error is returned.
+func (s *Service) Sweep(ctx context.Context) (SweepResult, error) {
+	now := s.now()
+	ids, err := s.Store.DueForFallback(ctx, now.Add(-Grace), now.Add(-StaleAfter), FallbackBatchLimit)
+	if err != nil {
+		return SweepResult{}, err
+	}
+	r := SweepResult{Found: len(ids)}
+	s.logger().InfoContext(ctx, "join-link fallback sweep found sessions", slog.Int("found", len(ids)))
+	for _, id := range ids {
+		if ctx.Err() != nil {
+			break
+		}
+		out, err := s.GenerateForSession(ctx, Data{ProgramSessionID: id})
+		switch {
+		case err != nil:
+			r.Failed++
+		case out == Generated:
+			r.Generated++
+		default:
+			r.Skipped++
+		}
+	}
+	return r, nil
+}
+
+// RunFallback runs Sweep every interval (FallbackInterval when 0) until ctx
+// ends. The serve command runs it when ENABLE_JOIN_LINK_FALLBACK_CRON is on.
+func (s *Service) RunFallback(ctx context.Context, interval time.Duration) error {
+	if interval <= 0 {
+		interval = FallbackInterval
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if _, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+				s.logger().ErrorContext(ctx, "join-link fallback sweep failed", slog.Any("error", err))
+			}
+		}
+	}
+}
+
+// ErrInvalidTime: linkGenerationAt is not a future time (HTTP 400).
+var ErrInvalidTime = errors.New("linkGenerationAt must be a future ISO-8601 UTC time")
+
+// SetLinkGeneration is ProgramSessionService.setLinkGeneration: it persists
+// at (a future time → SCHEDULED) or clears it (nil → NOT_SCHEDULED) with a
+// direct UPDATE, then registers or deletes the session's schedule, best
+// effort (dec-01: the DB is the source of truth; a scheduler error is
+// logged, and the sweep is the net). Re-submitting the same time re-persists
+// and re-upserts the same schedule (idempotent).
+func (s *Service) SetLinkGeneration(ctx context.Context, id int64, at *time.Time, actorUserID int64) (Session, error) {
+	now := s.now()
+	if at != nil && !at.After(now) {
+		return Session{}, ErrInvalidTime
+	}
+	sess, err := s.Store.SetLinkGeneration(ctx, id, at, actorUserID, now, now.Add(-StaleAfter))
+	if err != nil {
+		return Session{}, err
+	}
+	if s.Scheduler != nil {
+		if at == nil {
+			s.Scheduler.DeleteLinkSchedule(ctx, id)
+		} else {
+			s.Scheduler.CreateLinkSchedule(ctx, ScheduleInput{ProgramSessionID: id, FireAt: *at, ActorUserID: actorUserID})
+		}
+	}
+	return sess, nil
+}

@@ -1,0 +1,210 @@
+package joinlink_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventpipe/eventpipe/app/dbtx/dbtest"
+	"github.com/eventpipe/eventpipe/handlers/joinlink"
+)
+
+func TestServices(t *testing.T) {
+	t.Parallel()
+	for name, newStore := range newStores(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			t.Run("concurrent triggers, one generation", func(t *testing.T) { testConcurrentGenerate(t, newStore(t)) })
+			t.Run("fallback sweep", func(t *testing.T) { testSweep(t, newStore(t)) })
+			t.Run("set link generation", func(t *testing.T) { testSetLinkGeneration(t, newStore(t)) })
+		})
+	}
+}
+
+func testConcurrentGenerate(t *testing.T, s joinlink.Store) {
+	ctx := context.Background()
+	gen := joinlink.NewMemoryGenerator()
+	gen.Block = make(chan struct{})
+	svc := &joinlink.Service{Store: s, Generator: gen}
+	id, err := s.CreateSession(ctx, time.Now())
+	require.NoError(t, err)
+	at := time.Now().Add(time.Minute)
+	_, err = svc.SetLinkGeneration(ctx, id, &at, 0)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	outcomes := map[joinlink.Outcome]int{}
+	var wg sync.WaitGroup
+	for range 6 { // the event, its duplicate and the cron at once
+		wg.Go(func() {
+			out, err := svc.GenerateForSession(ctx, joinlink.Data{ProgramSessionID: id})
+			assert.NoError(t, err)
+			mu.Lock()
+			outcomes[out]++
+			mu.Unlock()
+		})
+	}
+	eventually(t, 5*time.Second, "losers return", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return outcomes[joinlink.Skipped] == 5
+	})
+	close(gen.Block)
+	wg.Wait()
+	assert.Equal(t, map[joinlink.Outcome]int{joinlink.Generated: 1, joinlink.Skipped: 5}, outcomes)
+	assert.Equal(t, 1, gen.Calls(id))
+
+	_, err = svc.GenerateForSession(ctx, joinlink.Data{ProgramSessionID: id + 1000})
+	require.ErrorIs(t, err, joinlink.ErrNotFound)
+}
+
+func testSweep(t *testing.T, s joinlink.Store) {
+	ctx := context.Background()
+	c := &clock{}
+	gen := joinlink.NewMemoryGenerator()
+	svc := &joinlink.Service{Store: s, Generator: gen, Now: c.now}
+	mk := func(at time.Time) int64 {
+		id, err := s.CreateSession(ctx, c.now())
+		require.NoError(t, err)
+		_, err = s.SetLinkGeneration(ctx, id, &at, 0, c.now(), c.now().Add(-joinlink.StaleAfter))
+		require.NoError(t, err)
+		return id
+	}
+	base := c.now()
+	var overdue []int64
+	for i := range 53 {
+		overdue = append(overdue, mk(base.Add(-time.Hour-time.Duration(i)*time.Second)))
+	}
+	inGrace := mk(base.Add(-10 * time.Minute))
+	failing := overdue[len(overdue)-1] // the oldest: in the first tick
+	gen.FailNext(failing, errors.New("zoom 503"))
+
+	r, err := svc.Sweep(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, joinlink.SweepResult{Found: 50, Generated: 49, Failed: 1}, r, "≤ 50 per tick")
+	r, err = svc.Sweep(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, joinlink.SweepResult{Found: 4, Generated: 4}, r, "the rest, then the FAILED one again")
+	assert.Zero(t, gen.Calls(inGrace), "inside the grace window")
+	c.advance(joinlink.Grace)
+	r, err = svc.Sweep(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, joinlink.SweepResult{Found: 1, Generated: 1}, r)
+	for _, id := range append(overdue, inGrace) {
+		sess, err := s.Session(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, joinlink.Completed, sess.Status)
+	}
+	assert.Equal(t, 2, gen.Calls(failing))
+	r, err = svc.Sweep(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, joinlink.SweepResult{}, r, "COMPLETED never swept again")
+
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- svc.RunFallback(cctx, 10*time.Millisecond) }()
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+}
+
+// failingSchedules fails every call: scheduling is best effort.
+type failingSchedules struct{}
+
+func (failingSchedules) Upsert(context.Context, joinlink.Schedule) error {
+	return errors.New("aws down")
+}
+func (failingSchedules) Delete(context.Context, string) error { return errors.New("aws down") }
+
+func testSetLinkGeneration(t *testing.T, s joinlink.Store) {
+	ctx := context.Background()
+	schedules := joinlink.NewMemorySchedules()
+	sch := &joinlink.Scheduler{Enabled: true, Schedules: schedules}
+	svc := &joinlink.Service{Store: s, Generator: joinlink.NewMemoryGenerator(), Scheduler: sch}
+	id, err := s.CreateSession(ctx, time.Now())
+	require.NoError(t, err)
+	name := joinlink.ScheduleName(id)
+
+	past := time.Now().Add(-time.Minute)
+	_, err = svc.SetLinkGeneration(ctx, id, &past, 1)
+	require.ErrorIs(t, err, joinlink.ErrInvalidTime)
+	at := time.Now().Add(time.Hour).UTC()
+	for range 2 { // idempotent re-submission
+		sess, err := svc.SetLinkGeneration(ctx, id, &at, 1)
+		require.NoError(t, err)
+		assert.Equal(t, joinlink.Scheduled, sess.Status)
+	}
+	got, ok := schedules.Get(name)
+	require.True(t, ok)
+	assert.Equal(t, at, got.FireAt)
+	m, err := joinlink.Decode(got.Body)
+	require.NoError(t, err)
+	require.NoError(t, joinlink.Validate(got.Body))
+	assert.Equal(t, joinlink.Data{ProgramSessionID: id, ActorUserID: 1}, m.Data)
+	assert.Equal(t, name, m.CorrelationID)
+
+	_, err = svc.SetLinkGeneration(ctx, id, nil, 1)
+	require.NoError(t, err)
+	_, ok = schedules.Get(name)
+	assert.False(t, ok, "cleared → schedule deleted")
+	_, err = svc.SetLinkGeneration(ctx, id+1000, &at, 1)
+	require.ErrorIs(t, err, joinlink.ErrNotFound)
+
+	sch.Schedules = failingSchedules{}
+	sess, err := svc.SetLinkGeneration(ctx, id, &at, 1)
+	require.NoError(t, err, "a scheduler error never fails the write (dec-01)")
+	assert.Equal(t, joinlink.Scheduled, sess.Status)
+	sch.Schedules, sch.Enabled = schedules, false
+	_, err = svc.SetLinkGeneration(ctx, id, &at, 1)
+	require.NoError(t, err)
+	_, ok = schedules.Get(name)
+	assert.False(t, ok, "flag off: nothing scheduled")
+}
+
+func TestPostgresSchedules(t *testing.T) {
+	t.Parallel()
+	pool, schema := dbtest.Schema(t)
+	ps, err := joinlink.NewPostgresSchedules(pool, schema)
+	require.NoError(t, err)
+	for name, s := range map[string]joinlink.DueSchedules{"memory": joinlink.NewMemorySchedules(), "postgres": ps} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+			for i, at := range []time.Time{now.Add(-time.Minute), now.Add(-2 * time.Minute), now.Add(time.Minute)} {
+				id := int64(i + 1)
+				require.NoError(t, s.Upsert(ctx, joinlink.Schedule{Name: joinlink.ScheduleName(id), ProgramSessionID: id, FireAt: now.Add(time.Hour), Body: []byte("old")}))
+				require.NoError(t, s.Upsert(ctx, joinlink.Schedule{Name: joinlink.ScheduleName(id), ProgramSessionID: id, FireAt: at, Body: []byte{byte('a' + i)}}))
+			}
+			require.NoError(t, s.Delete(ctx, "join-link-404"), "deleting a missing schedule is fine")
+			var got []string
+			refuse := true
+			n, err := s.PublishDue(ctx, now, 10, func(sc joinlink.Schedule) error {
+				if refuse && sc.Name == "join-link-1" {
+					refuse = false
+					return errors.New("broker down")
+				}
+				got = append(got, sc.Name+"="+string(sc.Body))
+				return nil
+			})
+			require.Error(t, err)
+			assert.Equal(t, 1, n)
+			assert.Equal(t, []string{"join-link-2=b"}, got, "due only, upserted body")
+			n, err = s.PublishDue(ctx, now, 10, func(sc joinlink.Schedule) error {
+				got = append(got, sc.Name+"="+string(sc.Body))
+				return nil
+			})
+			require.NoError(t, err)
+			assert.Equal(t, 1, n, "the refused one stayed")
+			n, err = s.PublishDue(ctx, now.Add(time.Hour), 10, func(joinlink.Schedule) error { return nil })
+			require.NoError(t, err)
+			assert.Equal(t, 1, n)
+			n, err = s.PublishDue(ctx, now.Add(2*time.Hour), 10, func(joinlink.Schedule) error { return nil })
+			require.NoError(t, err)
+			assert.Zero(t, n, "each schedule fires once")
+		})
+	}
+}

@@ -1,0 +1,180 @@
+package joinlink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/eventpipe/eventpipe/app/dbtx"
+	"github.com/eventpipe/eventpipe/migrations"
+)
+
+// Postgres is the Store on PostgreSQL (migrations/00007_joinlink.sql). A
+// transaction in ctx (dbtx.From) is used when there is one.
+type Postgres struct {
+	pool   *pgxpool.Pool
+	schema string
+}
+
+var _ Store = (*Postgres)(nil)
+
+// NewPostgres returns the store on schema (migrated; the default schema when
+// empty).
+func NewPostgres(pool *pgxpool.Pool, schema string) (*Postgres, error) {
+	schema = migrations.SchemaOrDefault(schema)
+	if err := migrations.ValidateSchema(schema); err != nil {
+		return nil, fmt.Errorf("joinlink: %w", err)
+	}
+	return &Postgres{pool: pool, schema: schema}, nil
+}
+
+func (p *Postgres) table() string {
+	return pgx.Identifier{p.schema, "hdb_program_session"}.Sanitize()
+}
+
+func (p *Postgres) exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	if tx, ok := dbtx.From(ctx); ok {
+		tag, err := tx.Exec(ctx, sql, args...)
+		return tag.RowsAffected(), err
+	}
+	tag, err := p.pool.Exec(ctx, sql, args...)
+	return tag.RowsAffected(), err
+}
+
+func (p *Postgres) queryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if tx, ok := dbtx.From(ctx); ok {
+		return tx.QueryRow(ctx, sql, args...)
+	}
+	return p.pool.QueryRow(ctx, sql, args...)
+}
+
+// CreateSession implements Store.
+func (p *Postgres) CreateSession(ctx context.Context, now time.Time) (int64, error) {
+	var id int64
+	err := p.queryRow(ctx, `INSERT INTO `+p.table()+` (created_at, updated_at) VALUES ($1, $1) RETURNING id`, micro(now)).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("create program session: %w", err)
+	}
+	return id, nil
+}
+
+const sessionColumns = `id, link_generation_at, link_generation_status, updated_at, COALESCE(updated_by, 0)`
+
+func scanSession(row pgx.Row) (Session, error) {
+	var s Session
+	var status string
+	if err := row.Scan(&s.ID, &s.LinkGenerationAt, &status, &s.UpdatedAt, &s.UpdatedBy); err != nil {
+		return Session{}, err
+	}
+	s.Status = Status(status)
+	s.UpdatedAt = s.UpdatedAt.UTC()
+	if s.LinkGenerationAt != nil {
+		t := s.LinkGenerationAt.UTC()
+		s.LinkGenerationAt = &t
+	}
+	return s, nil
+}
+
+// Session implements Store.
+func (p *Postgres) Session(ctx context.Context, id int64) (Session, error) {
+	s, err := scanSession(p.queryRow(ctx, `SELECT `+sessionColumns+` FROM `+p.table()+` WHERE id = $1 AND deleted_at IS NULL`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Session{}, fmt.Errorf("program session %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Session{}, fmt.Errorf("program session %d: %w", id, err)
+	}
+	return s, nil
+}
+
+// SetLinkGeneration implements Store: one guarded UPDATE; when it changes
+// nothing, a read tells a missing session from one in progress.
+func (p *Postgres) SetLinkGeneration(ctx context.Context, id int64, at *time.Time, actor int64, now, staleBefore time.Time) (Session, error) {
+	status := Scheduled
+	var atArg *time.Time
+	if at == nil {
+		status = NotScheduled
+	} else {
+		t := micro(*at)
+		atArg = &t
+	}
+	s, err := scanSession(p.queryRow(ctx, `UPDATE `+p.table()+`
+		SET link_generation_at = $2, link_generation_status = $3, updated_at = $4, updated_by = NULLIF($5, 0)
+		WHERE id = $1 AND deleted_at IS NULL
+		  AND NOT (link_generation_status = 'IN_PROGRESS' AND updated_at >= $6)
+		RETURNING `+sessionColumns, id, atArg, string(status), micro(now), actor, micro(staleBefore)))
+	if errors.Is(err, pgx.ErrNoRows) {
+		if _, err := p.Session(ctx, id); err != nil {
+			return Session{}, err
+		}
+		return Session{}, fmt.Errorf("program session %d: %w", id, ErrInProgress)
+	}
+	if err != nil {
+		return Session{}, fmt.Errorf("set link generation %d: %w", id, err)
+	}
+	return s, nil
+}
+
+// Claim implements Store: the DESIGN.md ruling's predicate, in one
+// conditional UPDATE (atomic in Postgres: a concurrent claimer waits for the
+// row lock, re-evaluates the WHERE on the new row version and loses).
+func (p *Postgres) Claim(ctx context.Context, id int64, actor int64, now, staleBefore time.Time) (bool, error) {
+	n, err := p.exec(ctx, `UPDATE `+p.table()+`
+		SET link_generation_status = 'IN_PROGRESS', updated_at = $2, updated_by = NULLIF($3, 0)
+		WHERE id = $1 AND deleted_at IS NULL
+		  AND (link_generation_status IN ('SCHEDULED', 'FAILED')
+		       OR (link_generation_status = 'IN_PROGRESS' AND updated_at < $4))`,
+		id, micro(now), actor, micro(staleBefore))
+	if err != nil {
+		return false, fmt.Errorf("claim program session %d: %w", id, err)
+	}
+	return n == 1, nil
+}
+
+// Finish implements Store.
+func (p *Postgres) Finish(ctx context.Context, id int64, claimedAt time.Time, status Status, actor int64, now time.Time) (bool, error) {
+	if status != Completed && status != Failed {
+		return false, fmt.Errorf("finish program session %d: status %s is not COMPLETED or FAILED", id, status)
+	}
+	n, err := p.exec(ctx, `UPDATE `+p.table()+`
+		SET link_generation_status = $3, updated_at = $4, updated_by = NULLIF($5, 0)
+		WHERE id = $1 AND link_generation_status = 'IN_PROGRESS' AND updated_at = $2`,
+		id, micro(claimedAt), string(status), micro(now), actor)
+	if err != nil {
+		return false, fmt.Errorf("mark program session %d %s: %w", id, status, err)
+	}
+	return n == 1, nil
+}
+
+// DueForFallback implements Store.
+func (p *Postgres) DueForFallback(ctx context.Context, dueBefore, staleBefore time.Time, limit int) ([]int64, error) {
+	rows, err := p.pool.Query(ctx, `SELECT id FROM `+p.table()+`
+		WHERE deleted_at IS NULL AND link_generation_at <= $1
+		  AND (link_generation_status IN ('SCHEDULED', 'FAILED')
+		       OR (link_generation_status = 'IN_PROGRESS' AND updated_at < $2))
+		ORDER BY link_generation_at, id LIMIT $3`, micro(dueBefore), micro(staleBefore), limit)
+	if err != nil {
+		return nil, fmt.Errorf("fallback candidates: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("fallback candidates: %w", err)
+	}
+	return ids, nil
+}
+
+// DeleteSession implements Store.
+func (p *Postgres) DeleteSession(ctx context.Context, id int64, now time.Time) error {
+	n, err := p.exec(ctx, `UPDATE `+p.table()+` SET deleted_at = $2 WHERE id = $1 AND deleted_at IS NULL`, id, micro(now))
+	if err != nil {
+		return fmt.Errorf("delete program session %d: %w", id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("program session %d: %w", id, ErrNotFound)
+	}
+	return nil
+}
