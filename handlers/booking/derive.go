@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"github.com/eventpipe/eventpipe/app/jsonfields"
 	"io"
 	"math"
 	"strconv"
@@ -62,7 +63,7 @@ func DeriveEventID(ev Event) (string, error) {
 // empty object; an error when it is not a JSON object.
 func canonicalData(data json.RawMessage) ([]byte, error) {
 	trimmed := bytes.TrimSpace(data)
-	if len(trimmed) == 0 || isNull(trimmed) {
+	if len(trimmed) == 0 || jsonfields.IsNull(trimmed) {
 		return []byte("{}"), nil
 	}
 	if trimmed[0] != '{' {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/eventpipe/eventpipe/app/jsonfields"
 	"regexp"
 	"time"
 
@@ -88,10 +89,10 @@ var (
 // with milliseconds; empty data is left out.
 func Encode(ev Event) ([]byte, error) {
 	if !groupIDPattern.MatchString(ev.BookingSessionID) {
-		return nil, invalid("bookingSessionId %q is not 1..128 printable ASCII characters", truncate(ev.BookingSessionID, 64))
+		return nil, invalid("bookingSessionId %q is not 1..128 printable ASCII characters", jsonfields.Truncate(ev.BookingSessionID, 64))
 	}
 	if len(ev.Type) > 64 || !typePattern.MatchString(ev.Type) {
-		return nil, invalid("type %q is not lower-case kebab-case", truncate(ev.Type, 64))
+		return nil, invalid("type %q is not lower-case kebab-case", jsonfields.Truncate(ev.Type, 64))
 	}
 	if ev.OccurredAt.IsZero() {
 		return nil, invalid("occurredAt is required")
@@ -108,7 +109,7 @@ func Encode(ev Event) ([]byte, error) {
 		return nil, err
 	}
 	if ev.EventID != want {
-		return nil, invalid("eventId %q is not the derived id %s", truncate(ev.EventID, 80), want)
+		return nil, invalid("eventId %q is not the derived id %s", jsonfields.Truncate(ev.EventID, 80), want)
 	}
 	w := wireEvent{EventID: ev.EventID, BookingSessionID: ev.BookingSessionID, Type: ev.Type,
 		OccurredAt: ev.OccurredAt.UTC().Format(occurredAtLayout), StepID: ev.StepID}
@@ -154,10 +155,10 @@ func Decode(body []byte) (Event, error) {
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return Event{}, invalid("occurredAt %q is not an RFC 3339 time", truncate(s, 64))
+		return Event{}, invalid("occurredAt %q is not an RFC 3339 time", jsonfields.Truncate(s, 64))
 	}
 	ev.OccurredAt = t.UTC()
-	if raw, ok := fields["data"]; ok && !isNull(raw) {
+	if raw, ok := fields["data"]; ok && !jsonfields.IsNull(raw) {
 		if _, err := object(raw, "data"); err != nil {
 			return Event{}, err
 		}
@@ -179,7 +180,7 @@ func Validate(body []byte) error {
 		switch k {
 		case "eventId", "bookingSessionId", "type", "occurredAt", "stepId", "data":
 		default:
-			return invalid("body: unknown field %q", truncate(k, 64))
+			return invalid("body: unknown field %q", jsonfields.Truncate(k, 64))
 		}
 	}
 	if ev.EventID == "" {
@@ -217,16 +218,11 @@ func messageIDOf(payload []byte) string {
 
 // --- JSON helpers ---------------------------------------------------------
 
-func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
-
+// object splits a JSON object into its fields; anything else is invalid.
 func object(b []byte, what string) (map[string]json.RawMessage, error) {
-	trimmed := bytes.TrimSpace(b)
-	if len(trimmed) == 0 || trimmed[0] != '{' {
-		return nil, invalid("%s is not a JSON object", what)
-	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(trimmed, &fields); err != nil {
-		return nil, invalid("%s is not a JSON object: %v", what, err)
+	fields, err := jsonfields.Object(b, what)
+	if err != nil {
+		return nil, invalid("%s", err)
 	}
 	return fields, nil
 }
@@ -241,11 +237,11 @@ func str(fields map[string]json.RawMessage, key string, required bool) (string, 
 		}
 		return "", nil
 	}
-	if !required && isNull(raw) {
+	if !required && jsonfields.IsNull(raw) {
 		return "", nil // lenient: null is absent
 	}
 	var s string
-	if err := json.Unmarshal(raw, &s); err != nil || isNull(raw) {
+	if err := json.Unmarshal(raw, &s); err != nil || jsonfields.IsNull(raw) {
 		return "", invalid("%s must be a string", key)
 	}
 	if required && s == "" {
@@ -255,15 +251,4 @@ func str(fields map[string]json.RawMessage, key string, required bool) (string, 
 		return "", invalid("%s longer than %d bytes", key, MaxIDLength)
 	}
 	return s, nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	if len(r) > n {
-		r = r[:n]
-	}
-	return string(r) + "…"
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/eventpipe/eventpipe/app/jsonfields"
 	"io"
 	"log/slog"
 	"net/http"
@@ -121,7 +122,7 @@ func (p Producer) OnSocketEvent(ctx context.Context, sessionID string, payload [
 		obj["bookingSessionId"] = sid
 		payload, _ = json.Marshal(obj)
 	} else if *probe.BookingSessionID != sessionID {
-		return "", invalid("bookingSessionId %q is not the socket's session %q", truncate(*probe.BookingSessionID, 64), truncate(sessionID, 64))
+		return "", invalid("bookingSessionId %q is not the socket's session %q", jsonfields.Truncate(*probe.BookingSessionID, 64), jsonfields.Truncate(sessionID, 64))
 	}
 	ev, err := ParseInput(payload)
 	if err != nil {

@@ -3,6 +3,7 @@ package booking
 import (
 	"context"
 	"fmt"
+	"github.com/eventpipe/eventpipe/app/jsonfields"
 	"log/slog"
 	"time"
 
@@ -89,7 +90,7 @@ func Catalog() route.Set { return Handlers{}.Routes() }
 // per body eventId — forwarded unchanged, never synthesised.
 func (h Handlers) handle(msg *message.Message) error {
 	ctx := msg.Context()
-	log := h.logger().With(slog.String("message_id", truncate(msg.UUID, MaxIDLength)),
+	log := h.logger().With(slog.String("message_id", jsonfields.Truncate(msg.UUID, MaxIDLength)),
 		slog.String("queue", message.SubscribeTopicFromCtx(ctx)), slog.String("trace_id", middleware.TraceID(ctx)))
 	ev, err := Decode(msg.Payload)
 	if err != nil {

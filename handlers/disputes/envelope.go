@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/eventpipe/eventpipe/app/jsonfields"
 	"regexp"
 	"strings"
 	"time"
@@ -136,10 +137,10 @@ func Encode(env Envelope) ([]byte, error) {
 
 func checkStrict(env Envelope) error {
 	if !IsEventID(env.EventID) {
-		return invalid("event_id %q is not evt_ + a ULID", truncate(env.EventID, 64))
+		return invalid("event_id %q is not evt_ + a ULID", jsonfields.Truncate(env.EventID, 64))
 	}
 	if !traceIDPattern.MatchString(env.TraceID) || env.TraceID == strings.Repeat("0", 32) {
-		return invalid("trace_id %q is not 32 lower-case hex digits", truncate(env.TraceID, 64))
+		return invalid("trace_id %q is not 32 lower-case hex digits", jsonfields.Truncate(env.TraceID, 64))
 	}
 	if env.OccurredAt.IsZero() {
 		return invalid("occurred_at is required")
@@ -155,7 +156,7 @@ func checkStrict(env Envelope) error {
 		return err
 	}
 	if want := ev.aggregateType(); env.AggregateType != want {
-		return invalid("aggregate_type %q: %s events are about a %q", truncate(env.AggregateType, 64), env.EventType, want)
+		return invalid("aggregate_type %q: %s events are about a %q", jsonfields.Truncate(env.AggregateType, 64), env.EventType, want)
 	}
 	return strictObject(env.Payload, "payload", ev.fields()...)
 }
@@ -181,7 +182,7 @@ func Decode(body []byte) (Envelope, error) {
 	if !ok {
 		return Envelope{}, invalid("event_version is required")
 	}
-	if err := json.Unmarshal(raw, &env.EventVersion); err != nil || isNull(raw) {
+	if err := json.Unmarshal(raw, &env.EventVersion); err != nil || jsonfields.IsNull(raw) {
 		return Envelope{}, invalid("event_version must be an integer")
 	}
 	if env.AggregateType, err = str(fields, "aggregate_type", true); err != nil {
@@ -239,7 +240,7 @@ func Validate(body []byte) error {
 	}
 	fields, _ := object(body, "body")
 	if s, _ := str(fields, "occurred_at", true); s != env.OccurredAt.UTC().Format(occurredAtLayout) {
-		return invalid("occurred_at %q is not UTC with milliseconds (%s)", truncate(s, 64), occurredAtLayout)
+		return invalid("occurred_at %q is not UTC with milliseconds (%s)", jsonfields.Truncate(s, 64), occurredAtLayout)
 	}
 	if _, ok := fields["trace_id"]; !ok {
 		return invalid("trace_id is required")
@@ -275,17 +276,11 @@ func traceIDOf(msg *message.Message) string {
 
 // --- JSON helpers ---------------------------------------------------------
 
-func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
-
 // object splits a JSON object into its fields; anything else is invalid.
 func object(b []byte, what string) (map[string]json.RawMessage, error) {
-	trimmed := bytes.TrimSpace(b)
-	if len(trimmed) == 0 || trimmed[0] != '{' {
-		return nil, invalid("%s is not a JSON object", what)
-	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(trimmed, &fields); err != nil {
-		return nil, invalid("%s is not a JSON object: %v", what, err)
+	fields, err := jsonfields.Object(b, what)
+	if err != nil {
+		return nil, invalid("%s", err)
 	}
 	return fields, nil
 }
@@ -299,7 +294,7 @@ func str(fields map[string]json.RawMessage, key string, required bool) (string, 
 		return "", nil
 	}
 	var s string
-	if err := json.Unmarshal(raw, &s); err != nil || isNull(raw) {
+	if err := json.Unmarshal(raw, &s); err != nil || jsonfields.IsNull(raw) {
 		return "", invalid("%s must be a string", key)
 	}
 	if required && s == "" {
@@ -326,7 +321,7 @@ func timeField(fields map[string]json.RawMessage, key string, required bool) (ti
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return time.Time{}, invalid("%s %q is not an RFC 3339 time", key, truncate(s, 64))
+		return time.Time{}, invalid("%s %q is not an RFC 3339 time", key, jsonfields.Truncate(s, 64))
 	}
 	return t.UTC(), nil
 }
@@ -337,7 +332,7 @@ func numberField(fields map[string]json.RawMessage, key string) (float64, error)
 		return 0, invalid("%s is required", key)
 	}
 	var f float64
-	if err := json.Unmarshal(raw, &f); err != nil || isNull(raw) {
+	if err := json.Unmarshal(raw, &f); err != nil || jsonfields.IsNull(raw) {
 		return 0, invalid("%s must be a number", key)
 	}
 	return f, nil
@@ -350,25 +345,8 @@ func strictObject(b []byte, what string, allowed ...string) error {
 	if err != nil {
 		return err
 	}
-	for k := range fields {
-		known := false
-		for _, a := range allowed {
-			known = known || k == a
-		}
-		if !known {
-			return invalid("%s: unknown field %q", what, truncate(k, 64))
-		}
+	if k, ok := jsonfields.Unknown(fields, allowed...); ok {
+		return invalid("%s: unknown field %q", what, jsonfields.Truncate(k, 64))
 	}
 	return nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	if len(r) > n {
-		r = r[:n]
-	}
-	return string(r) + "…"
 }

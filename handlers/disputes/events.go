@@ -3,6 +3,7 @@ package disputes
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/eventpipe/eventpipe/app/jsonfields"
 	"math"
 	"time"
 )
@@ -107,7 +108,7 @@ func decodeEvent(eventType string, version int, payload json.RawMessage) (Event,
 	switch eventType {
 	case EventDisputeRaised, EventTransactionFlagged, EventDocumentIngested:
 	default:
-		return Event{}, fmt.Errorf("%w: %w %q", ErrInvalidEnvelope, ErrUnknownEventType, truncate(eventType, 64))
+		return Event{}, fmt.Errorf("%w: %w %q", ErrInvalidEnvelope, ErrUnknownEventType, jsonfields.Truncate(eventType, 64))
 	}
 	if version != Version {
 		return Event{}, invalid("%s event_version %d is not supported (want %d)", eventType, version, Version)
@@ -128,7 +129,7 @@ func decodeEvent(eventType string, version int, payload json.RawMessage) (Event,
 		if d.Rail, err = str(fields, "rail", false); err != nil {
 			return Event{}, err
 		}
-		if raw, ok := fields["tat_due_at"]; ok && !isNull(raw) {
+		if raw, ok := fields["tat_due_at"]; ok && !jsonfields.IsNull(raw) {
 			t, err := timeField(fields, "tat_due_at", true)
 			if err != nil {
 				return Event{}, err

@@ -3,6 +3,7 @@ package disputes
 import (
 	"context"
 	"errors"
+	"github.com/eventpipe/eventpipe/app/jsonfields"
 	"log/slog"
 	"strings"
 	"time"
@@ -33,15 +34,15 @@ func (h Handlers) handleDomainEvent(msg *message.Message) error {
 		if id == "" {
 			id = msg.Metadata.Get(EventIDKey)
 		}
-		log.ErrorContext(ctx, "domain event rejected", slog.String("event_id", truncate(id, MaxIDLength)),
-			slog.String("event_type", truncate(env.EventType, 64)), slog.Any("error", err))
+		log.ErrorContext(ctx, "domain event rejected", slog.String("event_id", jsonfields.Truncate(id, MaxIDLength)),
+			slog.String("event_type", jsonfields.Truncate(env.EventType, 64)), slog.Any("error", err))
 		return failure.AsPermanent(err)
 	}
 	log = log.With(slog.String("event_id", env.EventID), slog.String("event_type", env.EventType))
 	if attr := msg.Metadata.Get(EventIDKey); attr != "" && attr != env.EventID {
 		// The body wins (DESIGN.md ruling): the attribute is only a copy.
 		log.WarnContext(ctx, "event_id attribute differs from the body's; deduplicating on the body's",
-			slog.String("attribute_event_id", truncate(attr, MaxIDLength)))
+			slog.String("attribute_event_id", jsonfields.Truncate(attr, MaxIDLength)))
 	}
 	err = h.Inbox.Process(ctx, Consumer, env.EventID, func(ctx context.Context) error {
 		return h.apply(ctx, env, ev, log)

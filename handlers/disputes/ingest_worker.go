@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/eventpipe/eventpipe/app/jsonfields"
 	"log/slog"
 	"net/url"
 	"strings"
@@ -88,7 +89,7 @@ func DecodeS3Notification(body []byte) ([]ObjectRef, error) {
 		}
 		key, err := url.QueryUnescape(r.S3.Object.Key)
 		if err != nil {
-			return nil, invalid("Records[%d].s3.object.key %q is not URL-encoded", i, truncate(r.S3.Object.Key, 64))
+			return nil, invalid("Records[%d].s3.object.key %q is not URL-encoded", i, jsonfields.Truncate(r.S3.Object.Key, 64))
 		}
 		if r.S3.Bucket.Name == "" || key == "" {
 			return nil, invalid("Records[%d]: s3.bucket.name and s3.object.key are required", i)

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"github.com/eventpipe/eventpipe/app/jsonfields"
 	"io"
 	"log/slog"
 	"net/http"
@@ -185,7 +186,7 @@ func parseSetLinkGeneration(r *http.Request) (*time.Time, string) {
 	if !ok {
 		return nil, "linkGenerationAt is required (a future ISO-8601 UTC time, or null)"
 	}
-	if isNull(raw) {
+	if jsonfields.IsNull(raw) {
 		return nil, ""
 	}
 	var s string

@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/eventpipe/eventpipe/app/jsonfields"
 	"math"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -124,10 +124,10 @@ func Encode(m Message) ([]byte, error) {
 
 func checkStrict(m Message) error {
 	if m.QueueType != QueueType {
-		return invalid("queueType %q is not %s", truncate(m.QueueType, 64), QueueType)
+		return invalid("queueType %q is not %s", jsonfields.Truncate(m.QueueType, 64), QueueType)
 	}
 	if m.SubType != SubType {
-		return invalid("subType %q is not %s", truncate(m.SubType, 64), SubType)
+		return invalid("subType %q is not %s", jsonfields.Truncate(m.SubType, 64), SubType)
 	}
 	if m.Timestamp.IsZero() {
 		return invalid("timestamp is required")
@@ -136,7 +136,7 @@ func checkStrict(m Message) error {
 		return invalid("data.programSessionId must be a positive integer")
 	}
 	if want := ScheduleName(m.Data.ProgramSessionID); m.CorrelationID != want {
-		return invalid("correlationId %q is not %q", truncate(m.CorrelationID, 64), want)
+		return invalid("correlationId %q is not %q", jsonfields.Truncate(m.CorrelationID, 64), want)
 	}
 	return checkOptional(m.Data)
 }
@@ -170,13 +170,13 @@ func Decode(body []byte) (Message, error) {
 		return Message{}, err
 	}
 	if m.SubType != SubType {
-		return Message{}, invalid("subType %q is not %s", truncate(m.SubType, 64), SubType)
+		return Message{}, invalid("subType %q is not %s", jsonfields.Truncate(m.SubType, 64), SubType)
 	}
 	if m.QueueType, err = str(fields, "queueType", false); err != nil {
 		return Message{}, err
 	}
 	if m.QueueType != "" && m.QueueType != QueueType {
-		return Message{}, invalid("queueType %q is not %s", truncate(m.QueueType, 64), QueueType)
+		return Message{}, invalid("queueType %q is not %s", jsonfields.Truncate(m.QueueType, 64), QueueType)
 	}
 	ts, err := str(fields, "timestamp", false)
 	if err != nil {
@@ -185,7 +185,7 @@ func Decode(body []byte) (Message, error) {
 	if ts != "" {
 		t, err := time.Parse(time.RFC3339Nano, ts)
 		if err != nil {
-			return Message{}, invalid("timestamp %q is not an RFC 3339 time", truncate(ts, 64))
+			return Message{}, invalid("timestamp %q is not an RFC 3339 time", jsonfields.Truncate(ts, 64))
 		}
 		m.Timestamp = t.UTC()
 	}
@@ -271,16 +271,11 @@ const CorrelationIDKey = "correlation_id"
 
 // --- JSON helpers ---------------------------------------------------------
 
-func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
-
+// object splits a JSON object into its fields; anything else is invalid.
 func object(b []byte, what string) (map[string]json.RawMessage, error) {
-	trimmed := bytes.TrimSpace(b)
-	if len(trimmed) == 0 || trimmed[0] != '{' {
-		return nil, invalid("%s is not a JSON object", what)
-	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(trimmed, &fields); err != nil {
-		return nil, invalid("%s is not a JSON object: %v", what, err)
+	fields, err := jsonfields.Object(b, what)
+	if err != nil {
+		return nil, invalid("%s", err)
 	}
 	return fields, nil
 }
@@ -294,7 +289,7 @@ func str(fields map[string]json.RawMessage, key string, required bool) (string, 
 		return "", nil
 	}
 	var s string
-	if err := json.Unmarshal(raw, &s); err != nil || isNull(raw) {
+	if err := json.Unmarshal(raw, &s); err != nil || jsonfields.IsNull(raw) {
 		return "", invalid("%s must be a string", key)
 	}
 	if required && s == "" {
@@ -317,7 +312,7 @@ func integer(fields map[string]json.RawMessage, key string) (int64, error) {
 	var n json.Number
 	dec := json.NewDecoder(bytes.NewReader(t))
 	dec.UseNumber()
-	if err := dec.Decode(&n); err != nil || isNull(raw) {
+	if err := dec.Decode(&n); err != nil || jsonfields.IsNull(raw) {
 		return 0, invalid("data.%s must be an integer", key)
 	}
 	if i, err := n.Int64(); err == nil {
@@ -330,30 +325,15 @@ func integer(fields map[string]json.RawMessage, key string) (int64, error) {
 	return int64(f), nil
 }
 
+// strictObject refuses keys other than allowed: our publishers are strict
+// (DESIGN.md, "strict on publish, lenient on consume").
 func strictObject(b []byte, what string, allowed ...string) error {
 	fields, err := object(b, what)
 	if err != nil {
 		return err
 	}
-	for k := range fields {
-		known := false
-		for _, a := range allowed {
-			known = known || k == a
-		}
-		if !known {
-			return invalid("%s: unknown field %q", what, truncate(k, 64))
-		}
+	if k, ok := jsonfields.Unknown(fields, allowed...); ok {
+		return invalid("%s: unknown field %q", what, jsonfields.Truncate(k, 64))
 	}
 	return nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	if len(r) > n {
-		r = r[:n]
-	}
-	return strings.ToValidUTF8(string(r), "") + "…"
 }

@@ -2,6 +2,7 @@ package joinlink
 
 import (
 	"errors"
+	"github.com/eventpipe/eventpipe/app/jsonfields"
 	"log/slog"
 	"time"
 
@@ -91,7 +92,7 @@ func (h Handlers) handle(msg *message.Message) error {
 		log.WarnContext(ctx, "join-link event rejected (non-retryable)", slog.Any("error", err))
 		return failure.AsPermanent(err)
 	}
-	log = log.With(slog.Int64("program_session_id", m.Data.ProgramSessionID), slog.String("correlation_id", truncate(m.CorrelationID, 128)))
+	log = log.With(slog.Int64("program_session_id", m.Data.ProgramSessionID), slog.String("correlation_id", jsonfields.Truncate(m.CorrelationID, 128)))
 	attempt := middleware.Attempt(ctx)
 	if attempt > MaxRetryAttempts {
 		log.WarnContext(ctx, "join-link event past its retry budget; acknowledged, left to the fallback sweep",
