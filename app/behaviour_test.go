@@ -120,19 +120,6 @@ func publish(t *testing.T, ps broker.PubSub, queue string, msgs ...*message.Mess
 	require.NoError(t, ps.Publish(queue, msgs...))
 }
 
-// noMessage fails if msgs yields a message within d.
-func noMessage(t *testing.T, msgs <-chan *message.Message, d time.Duration, what string) {
-	t.Helper()
-	select {
-	case m := <-msgs:
-		if m != nil {
-			m.Ack()
-			t.Fatalf("%s: got message %s", what, m.UUID)
-		}
-	case <-time.After(d):
-	}
-}
-
 func testPolicy(redelivery route.Redelivery, onPermanent route.OnPermanent, dlq string) route.Policy {
 	return route.Policy{
 		MaxAttempts:     3,
@@ -233,7 +220,7 @@ func testTransientThenSuccess(t *testing.T, b testbrokers.Kind, redelivery route
 	publish(t, f.ps, f.queue, msg)
 
 	f.effects.waitFor(t, msg.UUID, 3*b.Redelivery, "one effect", func(_ []int, done int) bool { return done == 1 })
-	noMessage(t, f.dead, time.Second, "nothing dead-lettered")
+	testbrokers.NoMessage(t, f.dead, time.Second, "nothing dead-lettered")
 	attempts, done := f.effects.snapshot(msg.UUID)
 	assert.Equal(t, []int{1, 2, 3}, attempts, "the handler saw attempts 1, 2 and 3")
 	assert.Equal(t, 1, done)
@@ -248,7 +235,7 @@ func testPermanentDrop(t *testing.T, b testbrokers.Kind) {
 	publish(t, f.ps, f.queue, msg)
 
 	f.effects.waitFor(t, msg.UUID, b.Redelivery, "first attempt", func(a []int, _ int) bool { return len(a) == 1 })
-	noMessage(t, f.dead, 2*time.Second, "a dropped message is not dead-lettered")
+	testbrokers.NoMessage(t, f.dead, 2*time.Second, "a dropped message is not dead-lettered")
 	attempts, _ := f.effects.snapshot(msg.UUID)
 	assert.Equal(t, []int{1}, attempts, "a dropped message is acked, never redelivered")
 }
@@ -339,7 +326,7 @@ func testDuplicateDelivery(t *testing.T, b testbrokers.Kind) {
 	publish(t, f.ps, f.queue, msg.Copy())
 
 	f.effects.waitFor(t, msg.UUID, b.Redelivery, "both deliveries", func(a []int, _ int) bool { return len(a) == 2 })
-	noMessage(t, f.dead, time.Second, "a duplicate is not dead-lettered")
+	testbrokers.NoMessage(t, f.dead, time.Second, "a duplicate is not dead-lettered")
 	attempts, _ := f.effects.snapshot(msg.UUID)
 	assert.Equal(t, 1, countEffect(), "one effect")
 	assert.Equal(t, []int{1, 1}, attempts, "the duplicate is acked, not retried")
@@ -380,7 +367,7 @@ func testShutdownDuringProcessing(t *testing.T, b testbrokers.Kind) {
 		return nil
 	}))
 	f.effects.waitFor(t, msg.UUID, 3*b.Redelivery, "handled after the restart", func(_ []int, done int) bool { return done == 1 })
-	noMessage(t, f.dead, time.Second, "shutdown never dead-letters")
+	testbrokers.NoMessage(t, f.dead, time.Second, "shutdown never dead-letters")
 }
 
 // testKilledMidHandler runs the consumer in a child process, kills it with
@@ -426,7 +413,7 @@ func testKilledMidHandler(t *testing.T, b testbrokers.Kind) {
 		return nil
 	}))
 	f.effects.waitFor(t, msg.UUID, 3*b.Redelivery, "redelivered after the crash", func(_ []int, done int) bool { return done == 1 })
-	noMessage(t, f.dead, time.Second, "nothing dead-lettered")
+	testbrokers.NoMessage(t, f.dead, time.Second, "nothing dead-lettered")
 	_, done := f.effects.snapshot(msg.UUID)
 	assert.Equal(t, 1, done)
 }

@@ -56,3 +56,23 @@ func Truncate(s string, n int) string {
 	}
 	return strings.ToValidUTF8(string(r), "") + "…"
 }
+
+// String reads the string field key: absent is "" unless required; null or
+// another type is an error; a required one must not be empty.
+func String(fields map[string]json.RawMessage, key string, required bool) (string, error) {
+	raw, ok := fields[key]
+	if !ok {
+		if required {
+			return "", fmt.Errorf("%s is required", key)
+		}
+		return "", nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil || IsNull(raw) {
+		return "", fmt.Errorf("%s must be a string", key)
+	}
+	if required && s == "" {
+		return "", fmt.Errorf("%s must not be empty", key)
+	}
+	return s, nil
+}

@@ -32,3 +32,18 @@ func TestTruncate(t *testing.T) {
 	assert.Equal(t, "short", jsonfields.Truncate("short", 10))
 	assert.Equal(t, "éé…", jsonfields.Truncate("ééé", 2), "characters, not bytes")
 }
+
+func TestString(t *testing.T) {
+	t.Parallel()
+	f := map[string]json.RawMessage{"s": json.RawMessage(`"x"`), "empty": json.RawMessage(`""`), "null": json.RawMessage(`null`), "n": json.RawMessage(`1`)}
+	s, err := jsonfields.String(f, "s", true)
+	require.NoError(t, err)
+	assert.Equal(t, "x", s)
+	s, err = jsonfields.String(f, "absent", false)
+	require.NoError(t, err)
+	assert.Empty(t, s)
+	for key, want := range map[string]string{"absent": "absent is required", "empty": "must not be empty", "null": "must be a string", "n": "must be a string"} {
+		_, err := jsonfields.String(f, key, true)
+		assert.ErrorContains(t, err, want, key)
+	}
+}

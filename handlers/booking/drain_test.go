@@ -90,7 +90,7 @@ func TestDrainGateOnBrokers(t *testing.T) {
 			msg, err := booking.Message(ev)
 			require.NoError(t, err)
 			require.NoError(t, ps.Publish(dlq, msg))
-			eventually(t, 10*time.Second, "the DLQ counted", func() bool {
+			testbrokers.Eventually(t, 10*time.Second, "the DLQ counted", func() bool {
 				r, err = booking.CheckDrained(ctx, d, queue, dlq)
 				require.NoError(t, err)
 				return r.DLQMessages == 1
@@ -106,7 +106,7 @@ func TestDrainGateOnBrokers(t *testing.T) {
 			case <-ctx.Done():
 				t.Fatal("no message")
 			}
-			eventually(t, 10*time.Second, "drained", func() bool {
+			testbrokers.Eventually(t, 10*time.Second, "drained", func() bool {
 				r, err = booking.CheckDrained(ctx, d, queue, dlq)
 				require.NoError(t, err)
 				return r.Drained()

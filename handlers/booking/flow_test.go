@@ -100,7 +100,7 @@ func newFlow(t *testing.T, b testbrokers.Kind) *flow {
 	prefix := "t" + strings.ToLower(watermill.NewShortUUID())[:8] + "-"
 	logger := slog.New(slog.DiscardHandler)
 	if testing.Verbose() {
-		logger = slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		logger = testbrokers.Logger(t)
 	}
 	f := &flow{b: b, ps: ps, queue: prefix + booking.Queue, dlqName: prefix + booking.DLQ, handled: &deliveries{byID: map[string]int{}}}
 	var ib inbox.Store
@@ -135,36 +135,6 @@ func newFlow(t *testing.T, b testbrokers.Kind) *flow {
 	return f
 }
 
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, timeout)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func noDeadLetter(t *testing.T, f *flow, d time.Duration) {
-	t.Helper()
-	select {
-	case m := <-f.dlq:
-		if m != nil {
-			m.Ack()
-			t.Fatalf("unexpected dead letter %s", m.UUID)
-		}
-	case <-time.After(d):
-	}
-}
-
 func session(t *testing.T) string { return "bks_" + strings.ToLower(watermill.NewShortUUID()) }
 
 func testProducedToEffect(t *testing.T, b testbrokers.Kind) {
@@ -178,11 +148,11 @@ func testProducedToEffect(t *testing.T, b testbrokers.Kind) {
 	id, err := f.producer.OnSocketEvent(ctx, sid, []byte(`{"type":"step-completed","occurredAt":"2026-11-30T09:14:03.512Z","stepId":"pick-slot","data":{"slot":"10:00"}}`))
 	require.NoError(t, err)
 	require.Equal(t, got.EventID, id, "both transports derive one id")
-	eventually(t, 2*f.b.Redelivery, "the effect", func() bool {
+	testbrokers.Eventually(t, 2*f.b.Redelivery, "the effect", func() bool {
 		s, ok, _ := f.store.Session(ctx, sid)
 		return ok && s.Events == 1
 	})
-	noDeadLetter(t, f, time.Second)
+	testbrokers.NoMessage(t, f.dlq, time.Second, "dead letter")
 	assert.Equal(t, int64(1), f.effects.applied.Load(), "one effect")
 	evs, err := f.store.Events(ctx, sid)
 	require.NoError(t, err)
@@ -207,14 +177,14 @@ func testPublishedTwice(t *testing.T, b testbrokers.Kind) {
 	// it is applied the copy before it in the group would have been handled.
 	marker, err := f.producer.Enqueue(ctx, booking.TransportHTTP, booking.Event{BookingSessionID: sid, Type: booking.TypeBookingCompleted, OccurredAt: moment.Add(time.Second)})
 	require.NoError(t, err)
-	eventually(t, 2*f.b.Redelivery, "both events applied", func() bool {
+	testbrokers.Eventually(t, 2*f.b.Redelivery, "both events applied", func() bool {
 		evs, _ := f.store.Events(ctx, sid)
 		return len(evs) == 2
 	})
 	if b.Name != "sqs" {
-		eventually(t, f.b.Redelivery, "the second copy delivered", func() bool { return f.handled.of(ids[0]) >= 2 })
+		testbrokers.Eventually(t, f.b.Redelivery, "the second copy delivered", func() bool { return f.handled.of(ids[0]) >= 2 })
 	}
-	noDeadLetter(t, f, time.Second)
+	testbrokers.NoMessage(t, f.dlq, time.Second, "dead letter")
 	evs, err := f.store.Events(ctx, sid)
 	require.NoError(t, err)
 	assert.ElementsMatch(t, []string{ids[0], marker.EventID}, []string{evs[0].EventID, evs[1].EventID})
@@ -245,7 +215,7 @@ func testOrder(t *testing.T, b testbrokers.Kind) {
 			want[sid] = append(want[sid], got.EventID)
 		}
 	}
-	eventually(t, 2*f.b.Redelivery, "all applied", func() bool { return f.effects.applied.Load() == 16 })
+	testbrokers.Eventually(t, 2*f.b.Redelivery, "all applied", func() bool { return f.effects.applied.Load() == 16 })
 	for _, sid := range sessions {
 		evs, err := f.store.Events(ctx, sid)
 		require.NoError(t, err)
@@ -263,7 +233,7 @@ func testOrder(t *testing.T, b testbrokers.Kind) {
 		}
 		assert.Equal(t, want[sid], got, "session %s in publish order", sid)
 	}
-	noDeadLetter(t, f, 500*time.Millisecond)
+	testbrokers.NoMessage(t, f.dlq, 500*time.Millisecond, "dead letter")
 }
 
 func testNoEventID(t *testing.T, b testbrokers.Kind) {
@@ -303,11 +273,11 @@ func testTransientThenSuccess(t *testing.T, b testbrokers.Kind) {
 	sid := session(t)
 	got, err := f.producer.Enqueue(ctx, booking.TransportHTTP, booking.Event{BookingSessionID: sid, Type: booking.TypeBookingAbandoned, OccurredAt: moment})
 	require.NoError(t, err)
-	eventually(t, 3*f.b.Redelivery, "applied after retries", func() bool {
+	testbrokers.Eventually(t, 3*f.b.Redelivery, "applied after retries", func() bool {
 		s, ok, _ := f.store.Session(ctx, sid)
 		return ok && s.Status == booking.StatusAbandoned
 	})
 	assert.Equal(t, 3, f.handled.of(got.EventID), "two transient failures, then success")
 	assert.Equal(t, int64(1), f.effects.applied.Load())
-	noDeadLetter(t, f, time.Second)
+	testbrokers.NoMessage(t, f.dlq, time.Second, "dead letter")
 }

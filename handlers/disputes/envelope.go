@@ -286,19 +286,9 @@ func object(b []byte, what string) (map[string]json.RawMessage, error) {
 }
 
 func str(fields map[string]json.RawMessage, key string, required bool) (string, error) {
-	raw, ok := fields[key]
-	if !ok {
-		if required {
-			return "", invalid("%s is required", key)
-		}
-		return "", nil
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil || jsonfields.IsNull(raw) {
-		return "", invalid("%s must be a string", key)
-	}
-	if required && s == "" {
-		return "", invalid("%s must not be empty", key)
+	s, err := jsonfields.String(fields, key, required)
+	if err != nil {
+		return "", invalid("%s", err)
 	}
 	return s, nil
 }

@@ -112,7 +112,7 @@ func newFlow(t *testing.T, b testbrokers.Kind) *flow {
 	queue := "ept-" + strings.ToLower(watermill.NewShortUUID()) + "-" + disputes.DomainEventsQueue
 	logger := slog.New(slog.DiscardHandler)
 	if testing.Verbose() {
-		logger = slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		logger = testbrokers.Logger(t)
 	}
 	f := &flow{b: b, ps: ps, queue: queue, handled: &deliveries{byID: map[string]int{}}, objects: disputes.NewMemoryObjects()}
 	f.ingestQ = strings.TrimSuffix(queue, disputes.DomainEventsQueue) + disputes.IngestQueue
@@ -156,36 +156,6 @@ func newFlow(t *testing.T, b testbrokers.Kind) *flow {
 	return f
 }
 
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, timeout)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func noDeadLetter(t *testing.T, f *flow, d time.Duration) {
-	t.Helper()
-	select {
-	case m := <-f.dlq:
-		if m != nil {
-			m.Ack()
-			t.Fatalf("unexpected dead letter %s", m.UUID)
-		}
-	case <-time.After(d):
-	}
-}
-
 func testProducedToEffect(t *testing.T, b testbrokers.Kind) {
 	f := newFlow(t, b)
 	ctx := middleware.WithTraceID(context.Background(), "4bf92f3577b34da6a3ce929d0e0e4736")
@@ -205,7 +175,7 @@ func testProducedToEffect(t *testing.T, b testbrokers.Kind) {
 	require.NoError(t, err)
 
 	var upiR, cardR disputes.Reminder
-	eventually(t, 2*f.b.Redelivery, "effects", func() bool {
+	testbrokers.Eventually(t, 2*f.b.Redelivery, "effects", func() bool {
 		var ok1, ok2 bool
 		upiR, ok1, _ = f.store.Reminder(ctx, upi.ID)
 		cardR, ok2, _ = f.store.Reminder(ctx, card.ID)
@@ -230,7 +200,7 @@ func testProducedToEffect(t *testing.T, b testbrokers.Kind) {
 	assert.Equal(t, disputes.QueueAML, highQ[0].Queue, "risk ≥ threshold → AML")
 	assert.Equal(t, high, highQ[0].EventID)
 
-	noDeadLetter(t, f, time.Second)
+	testbrokers.NoMessage(t, f.dlq, time.Second, "dead letter")
 	assert.Equal(t, int64(2), f.effects.reminders.Load())
 	assert.Equal(t, int64(2), f.effects.reviews.Load())
 	assert.Equal(t, int64(1), f.effects.refreshes.Load())
@@ -246,15 +216,15 @@ func testDeliveredTwice(t *testing.T, b testbrokers.Kind) {
 		require.NoError(t, err)
 		require.NoError(t, f.ps.Publish(f.queue, msg))
 	}
-	eventually(t, 2*f.b.Redelivery, "two deliveries", func() bool { return f.handled.of(env.EventID) >= 2 })
+	testbrokers.Eventually(t, 2*f.b.Redelivery, "two deliveries", func() bool { return f.handled.of(env.EventID) >= 2 })
 	// A delivery is counted when its handler starts; the effect commits after.
-	eventually(t, f.b.Redelivery, "the effect", func() bool {
+	testbrokers.Eventually(t, f.b.Redelivery, "the effect", func() bool {
 		entries, err := f.store.ReviewEntries(context.Background(), "txn_dup")
 		require.NoError(t, err)
 		return len(entries) == 1
 	})
 	assert.Equal(t, int64(1), f.effects.reviews.Load(), "one effect")
-	noDeadLetter(t, f, time.Second)
+	testbrokers.NoMessage(t, f.dlq, time.Second, "dead letter")
 	assert.Equal(t, 2, f.handled.of(env.EventID), "the duplicate was acknowledged, not retried")
 }
 
@@ -298,13 +268,13 @@ func testTransientThenSuccess(t *testing.T, b testbrokers.Kind) {
 	d := disputes.Dispute{ID: disputes.NewDisputeID(), TxnID: "txn_retry", ReasonCode: "duplicate_charge"}
 	eventID, err := f.store.RaiseDispute(context.Background(), d)
 	require.NoError(t, err)
-	eventually(t, 3*f.b.Redelivery, "reminder after retries", func() bool {
+	testbrokers.Eventually(t, 3*f.b.Redelivery, "reminder after retries", func() bool {
 		_, ok, _ := f.store.Reminder(context.Background(), d.ID)
 		return ok
 	})
 	assert.Equal(t, 3, f.handled.of(eventID), "two transient failures, then success")
 	assert.Equal(t, int64(1), f.effects.reminders.Load())
-	noDeadLetter(t, f, time.Second)
+	testbrokers.NoMessage(t, f.dlq, time.Second, "dead letter")
 }
 
 const withHeader = "---\ntitle: Chargeback policy\nowner: disputes\n---\n# Chargebacks\n"
@@ -317,11 +287,11 @@ func testIngest(t *testing.T, b testbrokers.Kind) {
 	for range 2 { // S3 notifications are at least once too
 		require.NoError(t, f.ps.Publish(f.ingestQ, message.NewMessage(watermill.NewUUID(), body)))
 	}
-	eventually(t, 2*f.b.Redelivery, "kb statistics", func() bool {
+	testbrokers.Eventually(t, 2*f.b.Redelivery, "kb statistics", func() bool {
 		s, err := f.store.KBStats(ctx)
 		return err == nil && s.Documents == 1
 	})
-	noDeadLetter(t, f, time.Second)
+	testbrokers.NoMessage(t, f.dlq, time.Second, "dead letter")
 	select {
 	case m := <-f.ingestD:
 		t.Fatalf("unexpected ingest dead letter %v", m)

@@ -158,7 +158,7 @@ func newFlow(t *testing.T, b testbrokers.Kind, opts flowOptions) *flow {
 	}
 	logger := slog.New(slog.DiscardHandler)
 	if testing.Verbose() {
-		logger = slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		logger = testbrokers.Logger(t)
 	}
 	if b.Durable {
 		pool, schema := dbtest.Schema(t)
@@ -211,13 +211,6 @@ func newFlow(t *testing.T, b testbrokers.Kind, opts flowOptions) *flow {
 	return f
 }
 
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
 func startRoutes(t *testing.T, ps broker.PubSub, logger *slog.Logger, routes ...route.Route) {
 	t.Helper()
 	testbrokers.StartRoutes(t, ps, nil, logger, routes...)
@@ -242,21 +235,10 @@ func (f *flow) interview(t *testing.T, reserved int64, duration int) string {
 	return id
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, timeout)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 func (f *flow) waitReport(t *testing.T, id, status string, attempts int) interviews.Report {
 	t.Helper()
 	var r interviews.Report
-	eventually(t, 3*f.b.Redelivery, "report "+status, func() bool {
+	testbrokers.Eventually(t, 3*f.b.Redelivery, "report "+status, func() bool {
 		var ok bool
 		var err error
 		r, ok, err = f.store.LoadReport(context.Background(), id)
@@ -264,18 +246,6 @@ func (f *flow) waitReport(t *testing.T, id, status string, attempts int) intervi
 		return ok && r.Status == status && (attempts == 0 || r.AttemptCount == attempts)
 	})
 	return r
-}
-
-func noMessage(t *testing.T, msgs <-chan *message.Message, d time.Duration, what string) {
-	t.Helper()
-	select {
-	case m := <-msgs:
-		if m != nil {
-			m.Ack()
-			t.Fatalf("%s: got message %s", what, m.UUID)
-		}
-	case <-time.After(d):
-	}
 }
 
 func testCompletedToReport(t *testing.T, b testbrokers.Kind) {
@@ -323,7 +293,7 @@ func testCompletionTwice(t *testing.T, b testbrokers.Kind) {
 	require.NoError(t, err)
 
 	f.waitReport(t, id, interviews.ReportCompleted, 1)
-	eventually(t, 2*b.Redelivery, "both deliveries handled", func() bool {
+	testbrokers.Eventually(t, 2*b.Redelivery, "both deliveries handled", func() bool {
 		_, by := f.completed.count()
 		return by[first] == 1 && by[second] == 1
 	})
@@ -337,7 +307,7 @@ func testCompletionTwice(t *testing.T, b testbrokers.Kind) {
 	org, err := f.store.Organization(ctx, f.org.ID)
 	require.NoError(t, err)
 	assert.Equal(t, int64(90), org.AvailableCredits)
-	noMessage(t, f.completedD, 100*time.Millisecond, "nothing dead-lettered")
+	testbrokers.NoMessage(t, f.completedD, 100*time.Millisecond, "nothing dead-lettered")
 }
 
 func testFailedReleases(t *testing.T, b testbrokers.Kind) {
@@ -348,7 +318,7 @@ func testFailedReleases(t *testing.T, b testbrokers.Kind) {
 	_, err := f.producer.PublishInterviewFailed(ctx, interviews.InterviewFailed{InterviewID: id, OrganizationID: f.org.ID, FailureReason: "bot crashed", FailedAt: failedAt})
 	require.NoError(t, err)
 
-	eventually(t, 2*b.Redelivery, "settled", func() bool {
+	testbrokers.Eventually(t, 2*b.Redelivery, "settled", func() bool {
 		iv, err := f.store.Interview(ctx, id)
 		require.NoError(t, err)
 		return iv.SettledAt != nil
@@ -408,7 +378,7 @@ func testBadInputDropped(t *testing.T, b testbrokers.Kind) {
 	bad := message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprintf(`{"interviewId":%q,"organizationId":%q}`, interviews.NewObjectID(), f.org.ID)))
 	require.NoError(t, f.ps.Publish(f.reportQ, bad, message.NewMessage(watermill.NewUUID(), []byte(`null`))))
 
-	eventually(t, 2*b.Redelivery, "every message handled", func() bool {
+	testbrokers.Eventually(t, 2*b.Redelivery, "every message handled", func() bool {
 		total, _ := f.completed.count()
 		reports, _ := f.reports.count()
 		return total >= len(msgs) && reports >= 2
@@ -418,8 +388,8 @@ func testBadInputDropped(t *testing.T, b testbrokers.Kind) {
 	for _, m := range msgs {
 		assert.Equal(t, 1, by[m.UUID], "%s: handled once, dropped, not retried", m.Metadata.Get(middleware.TraceIDKey))
 	}
-	noMessage(t, f.completedD, 100*time.Millisecond, "dropped, not dead-lettered")
-	noMessage(t, f.reportD, 100*time.Millisecond, "dropped, not dead-lettered")
+	testbrokers.NoMessage(t, f.completedD, 100*time.Millisecond, "dropped, not dead-lettered")
+	testbrokers.NoMessage(t, f.reportD, 100*time.Millisecond, "dropped, not dead-lettered")
 	entries, err := f.store.LedgerEntries(ctx, f.org.ID)
 	require.NoError(t, err)
 	assert.Empty(t, entries, "no ledger change")
@@ -463,10 +433,10 @@ func testGeneratorKeepsFailing(t *testing.T, b testbrokers.Kind) {
 
 	// A redrive after the cap: FAILED stays, acknowledged, no model call.
 	require.NoError(t, f.ps.Publish(f.reportQ, message.NewMessage(watermill.NewUUID(), dl.Payload)))
-	eventually(t, 2*b.Redelivery, "redrive handled", func() bool { total, _ := f.reports.count(); return total >= 4 })
+	testbrokers.Eventually(t, 2*b.Redelivery, "redrive handled", func() bool { total, _ := f.reports.count(); return total >= 4 })
 	time.Sleep(500 * time.Millisecond)
 	assert.Equal(t, int64(3), f.gen.calls.Load(), "the cap holds")
-	noMessage(t, f.reportD, 500*time.Millisecond, "the redrive is acknowledged at the cap")
+	testbrokers.NoMessage(t, f.reportD, 500*time.Millisecond, "the redrive is acknowledged at the cap")
 }
 
 // closedPool is a pool on a port nothing listens on: every query fails to
@@ -508,10 +478,10 @@ func testDatabaseDown(t *testing.T, b testbrokers.Kind) {
 	}
 	require.NoError(t, f.ps.Publish(f.completedQ, batch...))
 
-	eventually(t, 2*b.Redelivery, "every message of the batch tried against the dead database", func() bool { return sw.failedCount() == n })
+	testbrokers.Eventually(t, 2*b.Redelivery, "every message of the batch tried against the dead database", func() bool { return sw.failedCount() == n })
 	sw.isDown.Store(false)
 
-	eventually(t, 3*b.Redelivery, "every interview settled once the database is back", func() bool {
+	testbrokers.Eventually(t, 3*b.Redelivery, "every interview settled once the database is back", func() bool {
 		for _, id := range ids {
 			iv, err := f.store.Interview(ctx, id)
 			require.NoError(t, err)
@@ -524,7 +494,7 @@ func testDatabaseDown(t *testing.T, b testbrokers.Kind) {
 	for _, id := range ids {
 		f.waitReport(t, id, interviews.ReportCompleted, 1)
 	}
-	noMessage(t, f.completedD, 500*time.Millisecond, "none lost to the DLQ")
+	testbrokers.NoMessage(t, f.completedD, 500*time.Millisecond, "none lost to the DLQ")
 	org, err := f.store.Organization(ctx, f.org.ID)
 	require.NoError(t, err)
 	assert.Equal(t, int64(100-2*n), org.AvailableCredits)

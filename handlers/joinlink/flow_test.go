@@ -160,17 +160,6 @@ func newFlow(t *testing.T, b testbrokers.Kind) *flow {
 	return f
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, timeout)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // scheduled makes a SCHEDULED session whose schedule fires in an hour (the
 // dispatcher leaves it alone): the tests publish its event themselves.
 func (f *flow) scheduled(t *testing.T) int64 {
@@ -208,7 +197,7 @@ func testScheduledToCompleted(t *testing.T, b testbrokers.Kind) {
 	sess, err := f.svc.SetLinkGeneration(ctx, id, &at, 7)
 	require.NoError(t, err)
 	assert.Equal(t, joinlink.Scheduled, sess.Status)
-	eventually(t, 2*f.b.Redelivery, "COMPLETED", func() bool { return f.status(t, id) == joinlink.Completed })
+	testbrokers.Eventually(t, 2*f.b.Redelivery, "COMPLETED", func() bool { return f.status(t, id) == joinlink.Completed })
 	time.Sleep(time.Second)
 	assert.Equal(t, 1, f.gen.Calls(id), "processed once")
 	assert.Equal(t, joinlink.Completed, f.status(t, id))
@@ -222,7 +211,7 @@ func testDuplicate(t *testing.T, b testbrokers.Kind) {
 	for range 2 { // at-least-once: the same event delivered twice
 		require.NoError(t, f.ps.Publish(f.queue, msg.Copy()))
 	}
-	eventually(t, 2*f.b.Redelivery, "two deliveries", func() bool { return len(f.handled.of(msg.UUID)) >= 2 })
+	testbrokers.Eventually(t, 2*f.b.Redelivery, "two deliveries", func() bool { return len(f.handled.of(msg.UUID)) >= 2 })
 	time.Sleep(500 * time.Millisecond)
 	assert.Equal(t, []error{nil, nil}, f.handled.of(msg.UUID), "both acked: a lost claim is no failure")
 	assert.Equal(t, 1, f.gen.Calls(id), "one generation")
@@ -244,15 +233,15 @@ func testStaleReclaim(t *testing.T, b testbrokers.Kind) {
 
 	m1 := f.publish(t, id, f.clock.now())
 	m2 := f.publish(t, live, f.clock.now())
-	eventually(t, 2*f.b.Redelivery, "stale run reclaimed", func() bool { return f.status(t, id) == joinlink.Completed })
-	eventually(t, 2*f.b.Redelivery, "live run left alone", func() bool { return len(f.handled.of(m2.UUID)) == 1 })
+	testbrokers.Eventually(t, 2*f.b.Redelivery, "stale run reclaimed", func() bool { return f.status(t, id) == joinlink.Completed })
+	testbrokers.Eventually(t, 2*f.b.Redelivery, "live run left alone", func() bool { return len(f.handled.of(m2.UUID)) == 1 })
 	assert.Equal(t, []error{nil}, f.handled.of(m1.UUID))
 	assert.Equal(t, joinlink.InProgress, f.status(t, live), "a live IN_PROGRESS is not reclaimed")
 	assert.Zero(t, f.gen.Calls(live))
 
 	again := f.publish(t, id, f.clock.now()) // a late event for a COMPLETED session
 	f.clock.advance(2 * time.Hour)           // long past any stale window
-	eventually(t, 2*f.b.Redelivery, "late event acked", func() bool { return len(f.handled.of(again.UUID)) == 1 })
+	testbrokers.Eventually(t, 2*f.b.Redelivery, "late event acked", func() bool { return len(f.handled.of(again.UUID)) == 1 })
 	assert.Equal(t, []error{nil}, f.handled.of(again.UUID))
 	assert.Equal(t, 1, f.gen.Calls(id), "COMPLETED is never reclaimed")
 	assert.Equal(t, joinlink.Completed, f.status(t, id))
@@ -263,7 +252,7 @@ func testRetryThenSuccess(t *testing.T, b testbrokers.Kind) {
 	id := f.scheduled(t)
 	f.gen.FailNext(id, errors.New("bulkRegister: zoom 503"))
 	msg := f.publish(t, id, f.clock.now())
-	eventually(t, 3*f.b.Redelivery, "COMPLETED after a retry", func() bool { return f.status(t, id) == joinlink.Completed })
+	testbrokers.Eventually(t, 3*f.b.Redelivery, "COMPLETED after a retry", func() bool { return f.status(t, id) == joinlink.Completed })
 	errs := f.handled.of(msg.UUID)
 	require.Len(t, errs, 2)
 	assert.Equal(t, failure.Transient, failure.Of(errs[0]), "generation errors are retryable")
@@ -276,21 +265,21 @@ func testNonRetryable(t *testing.T, b testbrokers.Kind) {
 	id := f.scheduled(t)
 	f.gen.FailNext(id, failure.Permanentf("session has no online details"))
 	msg := f.publish(t, id, f.clock.now())
-	eventually(t, 2*f.b.Redelivery, "handled", func() bool { return len(f.handled.of(msg.UUID)) == 1 })
-	eventually(t, f.b.Redelivery, "FAILED", func() bool { return f.status(t, id) == joinlink.Failed })
+	testbrokers.Eventually(t, 2*f.b.Redelivery, "handled", func() bool { return len(f.handled.of(msg.UUID)) == 1 })
+	testbrokers.Eventually(t, f.b.Redelivery, "FAILED", func() bool { return f.status(t, id) == joinlink.Failed })
 	time.Sleep(time.Second)
 	errs := f.handled.of(msg.UUID)
 	require.Len(t, errs, 1, "acked, not retried")
 	assert.Equal(t, failure.Permanent, failure.Of(errs[0]))
 	assert.Equal(t, 1, f.gen.Calls(id))
-	eventually(t, time.Second, "drop log line", func() bool { return f.logs.has("message dropped") })
+	testbrokers.Eventually(t, time.Second, "drop log line", func() bool { return f.logs.has("message dropped") })
 }
 
 func testAgedOut(t *testing.T, b testbrokers.Kind) {
 	f := newFlow(t, b)
 	id := f.scheduled(t)
 	msg := f.publish(t, id, f.clock.now().Add(-25*time.Hour))
-	eventually(t, 2*f.b.Redelivery, "handled", func() bool { return len(f.handled.of(msg.UUID)) == 1 })
+	testbrokers.Eventually(t, 2*f.b.Redelivery, "handled", func() bool { return len(f.handled.of(msg.UUID)) == 1 })
 	time.Sleep(500 * time.Millisecond)
 	assert.Equal(t, []error{nil}, f.handled.of(msg.UUID), "acked")
 	assert.Zero(t, f.gen.Calls(id), "not processed")
@@ -304,8 +293,8 @@ func testPastMaxReceives(t *testing.T, b testbrokers.Kind) {
 	boom := errors.New("bulkRegister: zoom 429")
 	f.gen.FailNext(id, boom, boom, boom, boom, boom, boom, boom, boom)
 	msg := f.publish(t, id, f.clock.now())
-	eventually(t, 6*f.b.Redelivery, "5 attempts", func() bool { return len(f.handled.of(msg.UUID)) >= joinlink.MaxRetryAttempts })
-	eventually(t, 2*time.Second, "exhausted log line", func() bool { return f.logs.has("attempts exhausted") })
+	testbrokers.Eventually(t, 6*f.b.Redelivery, "5 attempts", func() bool { return len(f.handled.of(msg.UUID)) >= joinlink.MaxRetryAttempts })
+	testbrokers.Eventually(t, 2*time.Second, "exhausted log line", func() bool { return f.logs.has("attempts exhausted") })
 	time.Sleep(2 * time.Second)
 	assert.Len(t, f.handled.of(msg.UUID), joinlink.MaxRetryAttempts, "acked after 5 receives, not delivered again")
 	assert.Equal(t, joinlink.MaxRetryAttempts, f.gen.Calls(id))
@@ -316,7 +305,7 @@ func testInvalidBody(t *testing.T, b testbrokers.Kind) {
 	f := newFlow(t, b)
 	msg := message.NewMessage(watermill.NewUUID(), []byte(`{"subType":"JOIN_LINK_GENERATION","data":{}}`))
 	require.NoError(t, f.ps.Publish(f.queue, msg))
-	eventually(t, 2*f.b.Redelivery, "handled", func() bool { return len(f.handled.of(msg.UUID)) == 1 })
+	testbrokers.Eventually(t, 2*f.b.Redelivery, "handled", func() bool { return len(f.handled.of(msg.UUID)) == 1 })
 	time.Sleep(500 * time.Millisecond)
 	errs := f.handled.of(msg.UUID)
 	require.Len(t, errs, 1, "dropped, not retried")

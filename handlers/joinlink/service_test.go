@@ -3,6 +3,7 @@ package joinlink_test
 import (
 	"context"
 	"errors"
+	"github.com/eventpipe/eventpipe/app/testbrokers"
 	"sync"
 	"testing"
 	"time"
@@ -48,7 +49,7 @@ func testConcurrentGenerate(t *testing.T, s joinlink.Store) {
 			mu.Unlock()
 		})
 	}
-	eventually(t, 5*time.Second, "losers return", func() bool {
+	testbrokers.Eventually(t, 5*time.Second, "losers return", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return outcomes[joinlink.Skipped] == 5
