@@ -18,6 +18,9 @@ import (
 //	GET /readyz   200 when the router runs and the broker (and database, when
 //	              configured) answer; 503 with the failing checks otherwise
 //	GET /metrics  Prometheus metrics
+//
+// and the enabled specs' endpoints (spec.Parts.Endpoints), such as the
+// join-link admin API under /program-session/ when its token is configured.
 func (s *Service) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -34,9 +37,10 @@ func (s *Service) adminHandler() http.Handler {
 		writeJSON(w, status, map[string]any{"ready": ok, "checks": checks})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
-	if s.joinlink != nil && s.joinlink.api != nil {
-		// The join-link spec's admin-only API (its own bearer token).
-		mux.Handle("/program-session/", s.joinlink.api)
+	for _, b := range s.specs {
+		for _, e := range b.parts.Endpoints {
+			mux.Handle(e.Pattern, e.Handler)
+		}
 	}
 	return mux
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -16,7 +18,6 @@ import (
 	"github.com/eventpipe/eventpipe/app/broker/sqs"
 	"github.com/eventpipe/eventpipe/app/topology"
 	"github.com/eventpipe/eventpipe/config"
-	"github.com/eventpipe/eventpipe/handlers/realtime"
 )
 
 // NewBroker is the one factory of brokers: it builds the adapter broker.kind
@@ -33,8 +34,9 @@ func NewBroker(ctx context.Context, cfg config.Config, logger *slog.Logger) (bro
 		ctx, cancel = context.WithTimeout(ctx, cfg.Serve.ConnectTimeout)
 		defer cancel()
 	}
+	instance := instanceName(cfg)
 	connect := func() (broker.PubSub, error) {
-		ps, err := newAdapter(ctx, cfg, wlog)
+		ps, err := newAdapter(ctx, cfg, instance, wlog)
 		if err != nil {
 			return nil, err
 		}
@@ -65,7 +67,7 @@ func NewBroker(ctx context.Context, cfg config.Config, logger *slog.Logger) (bro
 	return ps, nil
 }
 
-func newAdapter(ctx context.Context, cfg config.Config, logger watermill.LoggerAdapter) (broker.PubSub, error) {
+func newAdapter(ctx context.Context, cfg config.Config, instance string, logger watermill.LoggerAdapter) (broker.PubSub, error) {
 	switch cfg.Broker.Kind {
 	case config.KindMemory:
 		return memory.New(memory.Config{OutputBuffer: int64(cfg.Memory.OutputBuffer)}, logger)
@@ -80,9 +82,9 @@ func newAdapter(ctx context.Context, cfg config.Config, logger watermill.LoggerA
 				return nil, backoff.Permanent(err)
 			}
 		}
-		if realtimeEnabled(cfg) && realtimeFanout(cfg) == "rabbitmq" {
+		if topics := fanoutTopics(cfg); len(topics) > 0 {
 			// nil Fallback means plain durable queues.
-			declared = rabbitmq.InstanceFanout{Topics: []string{realtime.FanoutTopic}, Instance: realtimeInstance(cfg), Fallback: declared}
+			declared = rabbitmq.InstanceFanout{Topics: topics, Instance: instance, Fallback: declared}
 		}
 		return rabbitmq.New(ctx, rabbitmq.Config{
 			Topology:        declared,
@@ -139,4 +141,14 @@ func batchSizes(top topology.Topology) map[string]int {
 		}
 	}
 	return sizes
+}
+
+// instanceName names this instance's own queues (fan-out topics):
+// realtime.instance, else the host name and a random suffix.
+func instanceName(cfg config.Config) string {
+	if cfg.Realtime.Instance != "" {
+		return cfg.Realtime.Instance
+	}
+	host, _ := os.Hostname()
+	return strings.ToLower(host + "-" + watermill.NewShortUUID())
 }

@@ -36,8 +36,8 @@ func TestServeRealtimeStreams(t *testing.T) {
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
-	require.Eventually(t, func() bool { return svc.RealtimeAddr() != "" }, 10*time.Second, 10*time.Millisecond)
-	base := "http://" + svc.RealtimeAddr()
+	require.Eventually(t, func() bool { return svc.ServerAddr("realtime") != "" }, 10*time.Second, 10*time.Millisecond)
+	base := "http://" + svc.ServerAddr("realtime")
 
 	resp, err := http.Get(base + "/realtime/users/1")
 	require.NoError(t, err)

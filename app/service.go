@@ -1,8 +1,9 @@
 // Package app is eventpipe's composition root: it turns a config.Config into a
-// running service — the broker picked by broker.kind, the router with the one
-// middleware chain, the enabled routes, the admin HTTP server — and owns their
-// start and graceful stop. It is the only package that imports both config and
-// the broker adapters.
+// running service — the broker picked by broker.kind, the shared dependencies
+// every spec gets (spec.Deps), the enabled specs' parts (modules.go lists the
+// specs), the router with the one middleware chain, the admin HTTP server — and
+// owns their start and graceful stop. It is the only package that imports both
+// config and the broker adapters; this file names no spec.
 package app
 
 import (
@@ -13,28 +14,24 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/broker/routing"
 	"github.com/eventpipe/eventpipe/app/inbox"
+	"github.com/eventpipe/eventpipe/app/llm"
 	"github.com/eventpipe/eventpipe/app/outbox"
 	"github.com/eventpipe/eventpipe/app/route"
+	"github.com/eventpipe/eventpipe/app/spec"
 	"github.com/eventpipe/eventpipe/app/telemetry"
+	"github.com/eventpipe/eventpipe/app/topology"
 	"github.com/eventpipe/eventpipe/config"
-	"github.com/eventpipe/eventpipe/handlers/booking"
-	"github.com/eventpipe/eventpipe/handlers/demo"
-	"github.com/eventpipe/eventpipe/handlers/disputes"
-	"github.com/eventpipe/eventpipe/handlers/interviews"
-	"github.com/eventpipe/eventpipe/handlers/joinlink"
-	"github.com/eventpipe/eventpipe/handlers/realtime"
-	"github.com/eventpipe/eventpipe/handlers/stackup"
-	stackuprt "github.com/eventpipe/eventpipe/handlers/stackup/realtime"
 	"github.com/eventpipe/eventpipe/middleware"
 	"github.com/eventpipe/eventpipe/migrations"
 )
@@ -45,7 +42,8 @@ type Service struct {
 	cfg    config.Config
 	logger *slog.Logger
 	broker broker.PubSub
-	// publisher is broker with a producer span per message (telemetry).
+	// publisher is broker with topic routing and a producer span per
+	// message (telemetry).
 	publisher      message.Publisher
 	tracerShutdown func(context.Context) error
 	db             *pgxpool.Pool // nil unless postgres.dsn is set
@@ -53,24 +51,21 @@ type Service struct {
 	routes         route.Set
 	registry       *prometheus.Registry
 	admin          net.Listener // nil when admin.addr is ""
-	// interviews is the interviews spec's store; nil when the spec is off.
-	interviews interviews.Store
-	// stackup is the StackUp contract's roles; nil when the spec is off.
-	stackup *stackup.Handlers
-	// disputes is the disputes spec's state; nil when the spec is off.
-	disputes *disputesSpec
-	// booking and joinlink are those specs' state; nil when off.
-	booking  *bookingSpec
-	joinlink *joinlinkSpec
-	// realtime is the SSE server of the stackup realtime role; nil when off.
-	realtime         *realtime.Server
-	realtimeLn       net.Listener
-	closeRealtimeBus func()
+	// specs are the enabled specs' built parts, in Modules order.
+	specs []builtSpec
+}
+
+// builtSpec is one enabled spec's parts and the listeners of its servers.
+type builtSpec struct {
+	name      string
+	parts     spec.Parts
+	listeners []net.Listener // parallel to parts.Servers
 }
 
 // New connects to the broker (retrying while it is unreachable, until ctx
 // ends or serve.connect_timeout passes) and to the database when one is
-// configured, and wires the router. Nothing is consumed before Run.
+// configured, builds the enabled specs and wires the router. Nothing is
+// consumed before Run. A spec that cannot be built is a *spec.BuildError.
 func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Service, error) {
 	s := &Service{cfg: cfg, logger: logger, registry: prometheus.NewRegistry()}
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -105,22 +100,19 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Service,
 	s.publisher = middleware.TracingPublisher(routed, tp)
 
 	if cfg.Postgres.DSN != "" {
-		pool, err := pgxpool.New(ctx, cfg.Postgres.DSN)
-		if err != nil {
+		if s.db, err = openDatabase(ctx, cfg, logger); err != nil {
 			s.closeResources()
-			return nil, fmt.Errorf("postgres: %w", err)
+			return nil, err
 		}
-		s.db = pool
-		if cfg.Postgres.Migrate {
-			applied, err := migrations.Up(ctx, pool, cfg.Postgres.Schema)
-			if err != nil {
-				s.closeResources()
-				return nil, fmt.Errorf("postgres: migrate schema %s: %w", cfg.Postgres.Schema, err)
-			}
-			for _, m := range applied {
-				logger.Info("migration applied", slog.String("schema", cfg.Postgres.Schema), slog.Int64("version", m.Version), slog.String("name", m.Name))
-			}
-		}
+	}
+	deps, err := s.sharedDeps(top)
+	if err != nil {
+		s.closeResources()
+		return nil, err
+	}
+	if err := s.buildSpecs(ctx, deps); err != nil {
+		s.closeResources()
+		return nil, err
 	}
 
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: cfg.Serve.ShutdownTimeout}, watermillLogger(logger))
@@ -128,64 +120,15 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Service,
 		s.closeResources()
 		return nil, fmt.Errorf("router: %w", err)
 	}
-	deps := middleware.Deps{
+	chain := middleware.Deps{
 		Logger:    logger,
 		Metrics:   middleware.NewMetrics(s.registry),
 		Publisher: s.publisher,
 		NackDelay: NacksWithDelay(ps),
 		Tracer:    tp,
 	}
-	if cfg.Interviews.Enabled {
-		if s.interviews, err = newInterviewsStore(cfg, s.db); err != nil {
-			s.closeResources()
-			return nil, err
-		}
-	}
-	if realtimeEnabled(cfg) {
-		if s.realtime, s.closeRealtimeBus, err = newRealtime(ctx, cfg, ps, s.registry, logger); err != nil {
-			s.closeResources()
-			return nil, err
-		}
-		if s.realtimeLn, err = net.Listen("tcp", cfg.Realtime.Addr); err != nil {
-			s.closeResources()
-			return nil, fmt.Errorf("realtime: listen on %s: %w", cfg.Realtime.Addr, err)
-		}
-	}
-	if cfg.StackUp.Enabled {
-		var sink stackuprt.Sink
-		if s.realtime != nil {
-			sink = s.realtime.Sink()
-		}
-		if s.stackup, err = newStackUp(cfg, top, s.publisher, s.db, sink, logger); err != nil {
-			s.closeResources()
-			return nil, fmt.Errorf("spec stackup: %w", err)
-		}
-	}
-	if cfg.Disputes.Enabled {
-		if s.disputes, err = newDisputes(cfg, s.db, s.publisher, logger); err != nil {
-			s.closeResources()
-			return nil, err
-		}
-	}
-	if cfg.Booking.Enabled {
-		if s.booking, err = newBooking(cfg, s.db); err != nil {
-			s.closeResources()
-			return nil, err
-		}
-	}
-	if cfg.JoinLink.Enabled {
-		if s.joinlink, err = newJoinLink(cfg, s.db, logger); err != nil {
-			s.closeResources()
-			return nil, err
-		}
-	}
-	s.routes, err = buildRoutes(specDeps{cfg: cfg, publisher: s.publisher, logger: logger, interviews: s.interviews, stackup: s.stackup, disputes: s.disputes, booking: s.booking, joinlink: s.joinlink}, top)
-	if err != nil {
-		s.closeResources()
-		return nil, err
-	}
 	for _, r := range s.routes {
-		if err := AddRoute(router, ps, deps, r); err != nil {
+		if err := AddRoute(router, ps, chain, r); err != nil {
 			s.closeResources()
 			return nil, err
 		}
@@ -201,6 +144,93 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Service,
 		s.admin = l
 	}
 	return s, nil
+}
+
+// openDatabase opens the pool and applies the migrations when
+// postgres.migrate is on.
+func openDatabase(ctx context.Context, cfg config.Config, logger *slog.Logger) (*pgxpool.Pool, error) {
+	pool, err := pgxpool.New(ctx, cfg.Postgres.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	if !cfg.Postgres.Migrate {
+		return pool, nil
+	}
+	applied, err := migrations.Up(ctx, pool, cfg.Postgres.Schema)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: migrate schema %s: %w", cfg.Postgres.Schema, err)
+	}
+	for _, m := range applied {
+		logger.Info("migration applied", slog.String("schema", cfg.Postgres.Schema), slog.Int64("version", m.Version), slog.String("name", m.Name))
+	}
+	return pool, nil
+}
+
+// sharedDeps decides once what every spec shares: with a database, the inbox
+// and the outbox are its tables (the outbox row commits with the business
+// change, a relay publishes it); without one, their memory twins (published
+// right after the in-memory commit).
+func (s *Service) sharedDeps(top topology.Topology) (spec.Deps, error) {
+	d := spec.Deps{
+		Config:    s.cfg,
+		Topology:  top,
+		Publisher: s.publisher,
+		Broker:    s.broker,
+		DB:        s.db,
+		LLM: llm.Config{
+			BaseURL:   s.cfg.LLM.BaseURL,
+			Model:     s.cfg.LLM.Model,
+			APIKeyEnv: s.cfg.LLM.APIKeyEnv,
+			Timeout:   s.cfg.LLM.Timeout,
+		},
+		Getenv:     os.Getenv,
+		Logger:     s.logger,
+		Registerer: s.registry,
+		Now:        time.Now,
+	}
+	if s.db == nil {
+		d.Inbox, d.Outbox = inbox.NewMemory(), outbox.AfterCommit{Publisher: s.publisher}
+		return d, nil
+	}
+	ib, err := inbox.NewPostgres(s.db, s.cfg.Postgres.Schema)
+	if err != nil {
+		return spec.Deps{}, err
+	}
+	d.Inbox, d.Outbox = ib, outbox.TxWriter{Table: outbox.Table{Schema: s.cfg.Postgres.Schema}}
+	return d, nil
+}
+
+// buildSpecs builds every enabled spec, opens its servers' listeners and
+// collects its routes, each route's policy adjusted to its queue's declaration
+// in the topology.
+func (s *Service) buildSpecs(ctx context.Context, d spec.Deps) error {
+	for _, m := range enabledModules(s.cfg) {
+		parts, err := m.Build(ctx, d)
+		if err != nil {
+			return &spec.BuildError{Spec: m.Name(), Err: err}
+		}
+		b := builtSpec{name: m.Name(), parts: parts}
+		s.specs = append(s.specs, b) // closed by closeResources from here on
+		for _, srv := range parts.Servers {
+			l, err := net.Listen("tcp", srv.Addr)
+			if err != nil {
+				return fmt.Errorf("spec %s: %s: listen on %s: %w", m.Name(), srv.Name, srv.Addr, err)
+			}
+			s.specs[len(s.specs)-1].listeners = append(s.specs[len(s.specs)-1].listeners, l)
+		}
+		for _, r := range parts.Routes {
+			if q, ok := d.Topology.Queue(r.Queue); ok {
+				p, err := r.EffectivePolicy().ForQueue(q)
+				if err != nil {
+					return &spec.BuildError{Spec: m.Name(), Err: fmt.Errorf("route %s: %w", r.Name, err)}
+				}
+				r.Policy = p
+			}
+			s.routes = append(s.routes, r)
+		}
+	}
+	return nil
 }
 
 // AddRoute adds r to router, consuming from sub, with the one middleware
@@ -221,16 +251,33 @@ func NacksWithDelay(ps broker.PubSub) bool {
 	return ok && nd.NacksWithDelay()
 }
 
+// NewPublisher returns the publisher handlers and producers use on ps: topics
+// "<exchange>/<routing-key>" are routed by top's bindings (natively on
+// RabbitMQ), queue names go straight to the queue.
+func NewPublisher(cfg config.Config, ps broker.PubSub, top topology.Topology) (message.Publisher, error) {
+	if len(top.Exchanges) == 0 {
+		return ps, nil
+	}
+	if cfg.Broker.Kind == config.KindRabbitMQ {
+		return routing.NewNative(ps, top)
+	}
+	return routing.New(ps, top)
+}
+
 // Publisher is the service's broker, for producers running beside the router.
 func (s *Service) Publisher() message.Publisher { return s.publisher }
 
-// RealtimeAddr is the address the realtime SSE server listens on ("" when
-// the stackup realtime role is off).
-func (s *Service) RealtimeAddr() string {
-	if s.realtimeLn == nil {
-		return ""
+// ServerAddr is the address the spec server named name listens on ("" when
+// no enabled spec runs one by that name).
+func (s *Service) ServerAddr(name string) string {
+	for _, b := range s.specs {
+		for i, srv := range b.parts.Servers {
+			if srv.Name == name && i < len(b.listeners) {
+				return b.listeners[i].Addr().String()
+			}
+		}
 	}
-	return s.realtimeLn.Addr().String()
+	return ""
 }
 
 // AdminAddr is the address the admin server listens on ("" when disabled).
@@ -241,41 +288,15 @@ func (s *Service) AdminAddr() string {
 	return s.admin.Addr().String()
 }
 
-// Run consumes until ctx ends, then shuts down gracefully: intake stops,
-// in-flight messages finish (up to serve.shutdown_timeout), then the broker
-// and database are closed. It returns nil after a clean shutdown.
+// Run consumes until ctx ends, then drains in order: intake stops and
+// in-flight messages finish (up to serve.shutdown_timeout); then the specs'
+// workers stop; then the HTTP servers, the broker and the database close. It
+// returns nil after a clean shutdown.
 func (s *Service) Run(ctx context.Context) error {
-	var wg sync.WaitGroup
-	defer wg.Wait()
-
-	var adminSrv *http.Server
-	if s.admin != nil {
-		adminSrv = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
-		wg.Go(func() {
-			if err := adminSrv.Serve(s.admin); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				s.logger.Error("admin server stopped", slog.Any("error", err))
-			}
-		})
-		s.logger.Info("admin server listening", slog.String("addr", s.AdminAddr()))
-	}
-
-	var realtimeSrv *http.Server
-	if s.realtime != nil {
-		// Subscribed to the fan-out bus before the router consumes anything.
-		if err := s.realtime.Start(ctx); err != nil {
-			s.shutdownAdmin(adminSrv)
-			s.closeResources()
-			return fmt.Errorf("realtime: %w", err)
-		}
-		// No WriteTimeout: streams are long; the handler sets a deadline
-		// per write.
-		realtimeSrv = &http.Server{Handler: s.realtime.Handler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
-		wg.Go(func() {
-			if err := realtimeSrv.Serve(s.realtimeLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				s.logger.Error("realtime server stopped", slog.Any("error", err))
-			}
-		})
-		s.logger.Info("realtime SSE server listening", slog.String("addr", s.realtimeLn.Addr().String()))
+	servers, err := s.startServers(ctx)
+	if err != nil {
+		s.closeResources()
+		return err
 	}
 
 	// The router runs on a context that shutdown does not cancel: cancelling
@@ -289,72 +310,24 @@ func (s *Service) Run(ctx context.Context) error {
 			slog.String("broker", s.cfg.Broker.Kind),
 			slog.Any("queues", s.routes.Queues()))
 	case err := <-routerErr:
-		s.shutdownRealtime(realtimeSrv)
-		s.shutdownAdmin(adminSrv)
+		servers.shutdown()
 		s.closeResources()
 		return fmt.Errorf("router: %w", err)
 	}
 
-	if s.cfg.Demo.Enabled {
-		wg.Go(func() { demo.Produce(ctx, s.publisher, s.cfg.Demo.Interval, s.logger) })
-	}
-	if s.stackup != nil && s.cfg.StackUp.SampleInterval > 0 {
-		wg.Go(func() {
-			if err := stackup.SampleTraffic(ctx, s.stackup, s.cfg.StackUp.SampleInterval, s.logger); err != nil {
-				s.logger.Warn("stackup sample traffic not started", slog.Any("error", err))
-			}
-		})
-	}
-	if s.cfg.Interviews.Enabled && s.cfg.Interviews.SampleTraffic {
-		wg.Go(func() {
-			producer := interviews.NewProducer(s.publisher, s.logger)
-			if _, err := interviews.SampleTraffic(ctx, s.interviews, producer, s.logger); err != nil {
-				s.logger.Error("interviews sample traffic", slog.Any("error", err))
-			}
-		})
-	}
-	if s.disputes != nil && s.cfg.Disputes.SampleTraffic {
-		wg.Go(func() {
-			if err := disputes.SampleTraffic(ctx, s.disputes.store, s.disputes.objects, s.publisher, s.logger); err != nil {
-				s.logger.Error("disputes sample traffic", slog.Any("error", err))
-			}
-		})
-	}
-	// The database workers stop before the broker closes, so the relay's last
-	// batch is published or left for the next relay, never cut mid-way.
-	var workers sync.WaitGroup
+	// One group for every spec's workers. They stop after the router
+	// drained, before the broker closes, so a relay's last batch is
+	// published or left for the next relay, never cut mid-way.
 	workersCtx, stopWorkers := context.WithCancel(ctx)
 	defer stopWorkers()
-	if s.db != nil && s.cfg.Outbox.Relay {
-		workers.Go(func() { s.runDatabaseWorkers(workersCtx) })
-	}
-	if s.booking != nil && s.cfg.Booking.SampleTraffic {
-		wg.Go(func() {
-			p := booking.Producer{Publisher: s.publisher, Logger: s.logger}
-			if err := booking.SampleTraffic(ctx, p, s.booking.store, s.logger); err != nil {
-				s.logger.Error("booking sample traffic", slog.Any("error", err))
+	var workers errgroup.Group
+	for _, w := range s.workers() {
+		workers.Go(func() error {
+			if err := w.Run(workersCtx); err != nil && workersCtx.Err() == nil {
+				s.logger.Error("worker stopped", slog.String("worker", w.Name), slog.Any("error", err))
 			}
+			return nil
 		})
-	}
-	if s.joinlink != nil {
-		// The dispatcher publishes: it stops with the workers, before the
-		// broker closes.
-		if s.cfg.JoinLink.EnableScheduler {
-			workers.Go(func() {
-				d := &joinlink.Dispatcher{Schedules: s.joinlink.schedules, Publisher: s.publisher, Interval: s.cfg.JoinLink.DispatchInterval, Logger: s.logger}
-				_ = d.Run(workersCtx)
-			})
-		}
-		if s.cfg.JoinLink.EnableFallbackCron {
-			workers.Go(func() { _ = s.joinlink.service.RunFallback(workersCtx, joinlink.FallbackInterval) })
-		}
-		if s.cfg.JoinLink.SampleTraffic {
-			wg.Go(func() {
-				if err := joinlink.SampleTraffic(ctx, s.joinlink.service, s.logger); err != nil {
-					s.logger.Error("joinlink sample traffic", slog.Any("error", err))
-				}
-			})
-		}
 	}
 
 	var runErr error
@@ -378,9 +351,8 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 
 	stopWorkers()
-	workers.Wait()
-	s.shutdownRealtime(realtimeSrv)
-	s.shutdownAdmin(adminSrv)
+	_ = workers.Wait()
+	servers.shutdown()
 	s.closeResources()
 	if runErr == nil {
 		s.logger.Info("eventpipe stopped cleanly")
@@ -388,11 +360,19 @@ func (s *Service) Run(ctx context.Context) error {
 	return runErr
 }
 
-// runDatabaseWorkers runs RunOutbox until ctx ends.
-func (s *Service) runDatabaseWorkers(ctx context.Context) {
-	if err := RunOutbox(ctx, s.cfg, s.db, s.publisher, s.registry, s.logger); err != nil {
-		s.logger.Error("outbox relay stopped", slog.Any("error", err))
+// workers are the enabled specs' workers, plus the database's (outbox relay,
+// retention, inbox cleanup) when outbox.relay is on.
+func (s *Service) workers() []spec.Worker {
+	var ws []spec.Worker
+	if s.db != nil && s.cfg.Outbox.Relay {
+		ws = append(ws, spec.Worker{Name: "outbox relay", Run: func(ctx context.Context) error {
+			return RunOutbox(ctx, s.cfg, s.db, s.publisher, s.registry, s.logger)
+		}})
 	}
+	for _, b := range s.specs {
+		ws = append(ws, b.parts.Workers...)
+	}
+	return ws
 }
 
 // RunOutbox runs, until ctx ends, what the database needs in the background:
@@ -419,39 +399,79 @@ func RunOutbox(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, pub m
 	}, logger)
 }
 
-// shutdownRealtime ends the SSE streams (Shutdown would wait for them
-// forever), then the server.
-func (s *Service) shutdownRealtime(srv *http.Server) {
-	if s.realtime == nil {
-		return
-	}
-	_ = s.realtime.Close()
-	if srv == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(ctx)
+// runningServers are the HTTP servers Run started.
+type runningServers struct {
+	wait    func() error
+	servers []*http.Server
+	// before[i] runs before servers[i] shuts down; nil for none.
+	before []func()
 }
 
-func (s *Service) shutdownAdmin(srv *http.Server) {
-	if srv == nil {
-		return
+// startServers starts the admin server and the specs' servers, after each
+// spec's Start hook, so that nothing is consumed before a spec is ready.
+func (s *Service) startServers(ctx context.Context) (*runningServers, error) {
+	var g errgroup.Group
+	rs := &runningServers{wait: g.Wait}
+	serve := func(name string, srv *http.Server, l net.Listener, before func()) {
+		rs.servers, rs.before = append(rs.servers, srv), append(rs.before, before)
+		g.Go(func() error {
+			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.logger.Error("http server stopped", slog.String("server", name), slog.Any("error", err))
+			}
+			return nil
+		})
+		s.logger.Info("http server listening", slog.String("server", name), slog.String("addr", l.Addr().String()))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(ctx)
+	if s.admin != nil {
+		serve("admin", &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}, s.admin, nil)
+	}
+	for _, b := range s.specs {
+		if b.parts.Start != nil {
+			if err := b.parts.Start(ctx); err != nil {
+				rs.shutdown()
+				return nil, fmt.Errorf("spec %s: start: %w", b.name, err)
+			}
+		}
+		for i, srv := range b.parts.Servers {
+			// No WriteTimeout: a spec's server may stream; handlers set
+			// their own deadlines per write.
+			serve(srv.Name, &http.Server{Handler: srv.Handler, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute},
+				b.listeners[i], srv.BeforeShutdown)
+		}
+	}
+	return rs, nil
+}
+
+// shutdown ends every server, each after its BeforeShutdown hook, waiting at
+// most 5 s for each.
+func (rs *runningServers) shutdown() {
+	for i, srv := range rs.servers {
+		if rs.before[i] != nil {
+			rs.before[i]()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = srv.Shutdown(ctx)
+		cancel()
+	}
+	_ = rs.wait()
 }
 
 func (s *Service) closeResources() {
-	if s.realtimeLn != nil {
-		_ = s.realtimeLn.Close()
+	for _, b := range s.specs {
+		for _, l := range b.listeners {
+			_ = l.Close()
+		}
 	}
-	if s.closeRealtimeBus != nil {
-		defer s.closeRealtimeBus()
+	if s.admin != nil {
+		_ = s.admin.Close()
 	}
 	if err := s.broker.Close(); err != nil {
 		s.logger.Warn("broker close", slog.Any("error", err))
+	}
+	for i := len(s.specs) - 1; i >= 0; i-- {
+		if c := s.specs[i].parts.Close; c != nil {
+			c()
+		}
 	}
 	if s.db != nil {
 		s.db.Close()

@@ -14,6 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/eventpipe/eventpipe/app"
+	"github.com/eventpipe/eventpipe/app/spec"
 	"github.com/eventpipe/eventpipe/config"
 )
 
@@ -65,7 +67,11 @@ EVENTPIPE_* environment variables; switch brokers with EVENTPIPE_BROKER.`,
 	root.AddCommand(e.migrateCmd())
 	root.AddCommand(e.relayCmd())
 	root.AddCommand(e.dlqCmd())
-	root.AddCommand(e.realtimeCmd())
+	// The specs' own commands (eventpipe realtime token, …).
+	root.AddCommand(app.Commands(spec.CommandEnv{
+		Load:   e.load,
+		Getenv: func(name string) string { return lookup(environ, name) },
+	})...)
 
 	err := root.ExecuteContext(ctx)
 	if err == nil {
@@ -75,10 +81,15 @@ EVENTPIPE_* environment variables; switch brokers with EVENTPIPE_BROKER.`,
 		return ExitFailure
 	}
 	_, _ = fmt.Fprintln(stderr, "eventpipe:", err)
-	var ue usageError
-	var ve *config.ValidationError
+	var (
+		ue  usageError
+		sue spec.UsageError
+		be  *spec.BuildError
+		ve  *config.ValidationError
+	)
 	// cobra reports an unknown subcommand with an untyped error.
-	if errors.As(err, &ue) || errors.As(err, &ve) || strings.HasPrefix(err.Error(), "unknown command") {
+	if errors.As(err, &ue) || errors.As(err, &sue) || errors.As(err, &be) || errors.As(err, &ve) ||
+		strings.HasPrefix(err.Error(), "unknown command") {
 		return ExitUsage
 	}
 	return ExitFailure

@@ -41,33 +41,16 @@ func (p *Postgres) Process(ctx context.Context, consumer, messageID string, effe
 	if err := checkKey(consumer, messageID); err != nil {
 		return err
 	}
-	var tx pgx.Tx
-	if outer, ok := dbtx.From(ctx); ok {
-		tx, err = outer.Begin(ctx)
-	} else {
-		tx, err = p.pool.Begin(ctx)
-	}
-	if err != nil {
-		return fmt.Errorf("inbox: consumer %q, message %q: begin: %w", consumer, messageID, err)
-	}
-	// Rollback after Commit is a no-op; on every other path (effect error,
-	// duplicate, panic) it undoes the marker with the effect.
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-
-	fresh, err := p.mark(ctx, tx, consumer, messageID)
-	if err != nil {
-		return err
-	}
-	if !fresh {
-		return duplicate(consumer, messageID)
-	}
-	if err := effect(dbtx.WithTx(ctx, tx)); err != nil {
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("inbox: consumer %q, message %q: commit: %w", consumer, messageID, err)
-	}
-	return nil
+	return dbtx.InTx(ctx, p.pool, func(ctx context.Context, tx pgx.Tx) error {
+		fresh, err := p.mark(ctx, tx, consumer, messageID)
+		if err != nil {
+			return err
+		}
+		if !fresh {
+			return duplicate(consumer, messageID)
+		}
+		return effect(ctx)
+	})
 }
 
 // MarkTx inserts the marker of (consumer, messageID) in tx, for handlers that

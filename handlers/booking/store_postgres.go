@@ -39,10 +39,7 @@ func (p *Postgres) table(name string) string { return pgx.Identifier{p.schema, n
 
 // Apply implements Store.
 func (p *Postgres) Apply(ctx context.Context, ev Event) error {
-	if tx, ok := dbtx.From(ctx); ok {
-		return p.apply(ctx, tx, ev)
-	}
-	return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error { return p.apply(ctx, tx, ev) })
+	return dbtx.InTx(ctx, p.pool, func(ctx context.Context, tx pgx.Tx) error { return p.apply(ctx, tx, ev) })
 }
 
 func (p *Postgres) apply(ctx context.Context, tx pgx.Tx, ev Event) error {

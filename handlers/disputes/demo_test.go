@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventpipe/eventpipe/app/inbox"
+	"github.com/eventpipe/eventpipe/app/outbox"
 	"github.com/eventpipe/eventpipe/app/testbrokers"
 	"github.com/eventpipe/eventpipe/handlers/disputes"
 )
@@ -18,7 +19,7 @@ import (
 func TestSampleTraffic(t *testing.T) {
 	t.Parallel()
 	ps := testbrokers.New(t, "memory", "")
-	store := disputes.NewMemory(disputes.MemoryOptions{Publisher: ps})
+	store := disputes.NewMemory(disputes.MemoryOptions{Outbox: outbox.AfterCommit{Publisher: ps}})
 	objects := disputes.NewMemoryObjects()
 	h := disputes.Handlers{Store: store, Inbox: inbox.NewMemory(), Objects: objects}
 	testbrokers.StartRoutes(t, ps, nil, nil, h.Routes()...)

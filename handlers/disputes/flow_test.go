@@ -132,7 +132,7 @@ func newFlow(t *testing.T, b testbrokers.Kind) *flow {
 		go func() { defer close(done); _ = relay.Run(ctx) }()
 		t.Cleanup(func() { cancel(); <-done })
 	} else {
-		f.store = disputes.NewMemory(disputes.MemoryOptions{Publisher: ps, Topic: queue, Logger: logger})
+		f.store = disputes.NewMemory(disputes.MemoryOptions{Outbox: outbox.AfterCommit{Publisher: ps}, Topic: queue, Logger: logger})
 		ib = inbox.NewMemory()
 	}
 	f.effects = &effects{Store: f.store}

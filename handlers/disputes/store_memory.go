@@ -2,6 +2,7 @@ package disputes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -9,19 +10,27 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/eventpipe/eventpipe/app/outbox"
 )
 
+// isNotPublished reports a change that committed but whose event was not
+// published (the embedded mode's after-commit publish failed).
+func isNotPublished(err error) bool {
+	np := (*outbox.NotPublishedError)(nil)
+	return errors.As(err, &np)
+}
+
 // Memory is the Store of the embedded mode: the Postgres store's semantics
-// in process, except that an event is published right after the in-memory
-// commit instead of through the outbox. A crash between the two loses the
-// event — the embedded mode keeps nothing across a restart anyway (decision
-// 0002) — and a publish error is returned after the row is committed.
+// in process, with its events written to the outbox writer of the embedded
+// mode (outbox.AfterCommit), which publishes them right after the in-memory
+// commit. A crash between the two loses the event — the embedded mode keeps
+// nothing across a restart anyway (decision 0002) — and a publish error is
+// returned after the row is committed (*outbox.NotPublishedError).
 type Memory struct {
-	publisher message.Publisher
-	topic     string
-	logger    *slog.Logger
-	now       func() time.Time
+	outbox outbox.Writer
+	topic  string
+	logger *slog.Logger
+	now    func() time.Time
 
 	mu        sync.Mutex
 	disputes  map[string]Dispute
@@ -37,9 +46,10 @@ var _ Store = (*Memory)(nil)
 
 // MemoryOptions configures NewMemory.
 type MemoryOptions struct {
-	// Publisher publishes the events after commit; nil publishes nothing
-	// (a store for the consumer side only).
-	Publisher message.Publisher
+	// Outbox takes the events (outbox.AfterCommit publishes them after
+	// the in-memory commit); nil publishes nothing (a store for the
+	// consumer side only).
+	Outbox outbox.Writer
 	// Topic of the events; DomainEventsQueue when empty.
 	Topic  string
 	Logger *slog.Logger
@@ -54,29 +64,35 @@ func NewMemory(opts MemoryOptions) *Memory {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Memory{
-		publisher: opts.Publisher, topic: opts.Topic, logger: opts.Logger, now: time.Now,
+		outbox: opts.Outbox, topic: opts.Topic, logger: opts.Logger, now: time.Now,
 		disputes: map[string]Dispute{}, docs: map[string]Document{}, docKeys: map[[2]string]bool{},
 		reminders: map[string]Reminder{}, reviews: map[string]ReviewEntry{},
 	}
 }
 
-// publish sends env after the in-memory commit.
-func (m *Memory) publish(ctx context.Context, env Envelope) error {
-	if m.publisher == nil {
-		return nil
-	}
-	msg, err := Message(env)
-	if err != nil {
-		return err
-	}
-	msg.SetContext(ctx)
-	if err := m.publisher.Publish(m.topic, msg); err != nil {
-		m.logger.ErrorContext(ctx, "event committed but not published (embedded mode: no outbox)",
+// commit runs the in-memory change apply and writes env to the outbox in one
+// unit of work: env is published after apply returned nil.
+func (m *Memory) commit(ctx context.Context, env Envelope, apply func() error) error {
+	err := outbox.Unit(ctx, func(ctx context.Context) error {
+		m.mu.Lock()
+		err := apply()
+		m.mu.Unlock()
+		if err != nil || m.outbox == nil {
+			return err
+		}
+		msg, err := Message(env)
+		if err != nil {
+			return err
+		}
+		msg.SetContext(ctx)
+		return m.outbox.Write(ctx, m.topic, msg)
+	})
+	if np := (*outbox.NotPublishedError)(nil); errors.As(err, &np) {
+		m.logger.ErrorContext(ctx, "event committed but not published (embedded mode: no outbox table)",
 			slog.String("event_id", env.EventID), slog.String("event_type", env.EventType),
 			slog.String("trace_id", env.TraceID), slog.String("queue", m.topic), slog.Any("error", err))
-		return fmt.Errorf("publish %s %s to %s after commit: %w", env.EventType, env.EventID, m.topic, err)
 	}
-	return nil
+	return err
 }
 
 // RaiseDispute implements Store.
@@ -85,14 +101,17 @@ func (m *Memory) RaiseDispute(ctx context.Context, d Dispute) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("raise dispute: %w", err)
 	}
-	m.mu.Lock()
-	if _, ok := m.disputes[d.ID]; ok {
-		m.mu.Unlock()
-		return "", fmt.Errorf("raise dispute %s: %w", d.ID, ErrExists)
+	err = m.commit(ctx, env, func() error {
+		if _, ok := m.disputes[d.ID]; ok {
+			return fmt.Errorf("raise dispute %s: %w", d.ID, ErrExists)
+		}
+		m.disputes[d.ID] = d
+		return nil
+	})
+	if err != nil && !isNotPublished(err) {
+		return "", err
 	}
-	m.disputes[d.ID] = d
-	m.mu.Unlock()
-	return env.EventID, m.publish(ctx, env)
+	return env.EventID, err
 }
 
 // FlagTransaction implements Store.
@@ -101,10 +120,11 @@ func (m *Memory) FlagTransaction(ctx context.Context, f Flag) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("flag transaction: %w", err)
 	}
-	m.mu.Lock()
-	m.flags = append(m.flags, f)
-	m.mu.Unlock()
-	return env.EventID, m.publish(ctx, env)
+	err = m.commit(ctx, env, func() error {
+		m.flags = append(m.flags, f)
+		return nil
+	})
+	return env.EventID, err
 }
 
 // RecordDocument implements Store.
@@ -113,15 +133,18 @@ func (m *Memory) RecordDocument(ctx context.Context, doc Document) (string, erro
 	if err != nil {
 		return "", fmt.Errorf("record document: %w", err)
 	}
-	m.mu.Lock()
-	k := [2]string{doc.Bucket, doc.Key}
-	if _, ok := m.docs[doc.ID]; ok || m.docKeys[k] {
-		m.mu.Unlock()
-		return "", fmt.Errorf("record document %s: %w", doc.ID, ErrExists)
+	err = m.commit(ctx, env, func() error {
+		k := [2]string{doc.Bucket, doc.Key}
+		if _, ok := m.docs[doc.ID]; ok || m.docKeys[k] {
+			return fmt.Errorf("record document %s: %w", doc.ID, ErrExists)
+		}
+		m.docs[doc.ID], m.docKeys[k] = doc, true
+		return nil
+	})
+	if err != nil && !isNotPublished(err) {
+		return "", err
 	}
-	m.docs[doc.ID], m.docKeys[k] = doc, true
-	m.mu.Unlock()
-	return env.EventID, m.publish(ctx, env)
+	return env.EventID, err
 }
 
 // ScheduleReminder implements Store.

@@ -148,16 +148,9 @@ func NewPostgres(pool *pgxpool.Pool, schema, topic string) (*Postgres, error) {
 // Tables returns the store's Tables, for callers that own the transaction.
 func (p *Postgres) Tables() Tables { return p.tables }
 
-func (p *Postgres) inTx(ctx context.Context, f func(tx pgx.Tx) error) error {
-	if tx, ok := dbtx.From(ctx); ok {
-		return f(tx)
-	}
-	return pgx.BeginFunc(ctx, p.pool, f)
-}
-
 // RaiseDispute implements Store.
 func (p *Postgres) RaiseDispute(ctx context.Context, d Dispute) (id string, err error) {
-	err = p.inTx(ctx, func(tx pgx.Tx) error {
+	err = dbtx.InTx(ctx, p.pool, func(ctx context.Context, tx pgx.Tx) error {
 		id, err = p.tables.RaiseDispute(ctx, tx, d)
 		return err
 	})
@@ -166,7 +159,7 @@ func (p *Postgres) RaiseDispute(ctx context.Context, d Dispute) (id string, err 
 
 // FlagTransaction implements Store.
 func (p *Postgres) FlagTransaction(ctx context.Context, f Flag) (id string, err error) {
-	err = p.inTx(ctx, func(tx pgx.Tx) error {
+	err = dbtx.InTx(ctx, p.pool, func(ctx context.Context, tx pgx.Tx) error {
 		id, err = p.tables.FlagTransaction(ctx, tx, f)
 		return err
 	})
@@ -175,7 +168,7 @@ func (p *Postgres) FlagTransaction(ctx context.Context, f Flag) (id string, err 
 
 // RecordDocument implements Store.
 func (p *Postgres) RecordDocument(ctx context.Context, doc Document) (id string, err error) {
-	err = p.inTx(ctx, func(tx pgx.Tx) error {
+	err = dbtx.InTx(ctx, p.pool, func(ctx context.Context, tx pgx.Tx) error {
 		id, err = p.tables.RecordDocument(ctx, tx, doc)
 		return err
 	})
@@ -184,7 +177,7 @@ func (p *Postgres) RecordDocument(ctx context.Context, doc Document) (id string,
 
 // ScheduleReminder implements Store.
 func (p *Postgres) ScheduleReminder(ctx context.Context, r Reminder) error {
-	return p.inTx(ctx, func(tx pgx.Tx) error {
+	return dbtx.InTx(ctx, p.pool, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO `+p.tables.table("dispute_reminders")+`
 			(dispute_id, event_id, txn_id, tat_due_at, remind_at, auto_reverse) VALUES ($1, $2, $3, $4, $5, $6)
 			ON CONFLICT (dispute_id) DO NOTHING`,
@@ -198,7 +191,7 @@ func (p *Postgres) ScheduleReminder(ctx context.Context, r Reminder) error {
 
 // EnqueueReview implements Store.
 func (p *Postgres) EnqueueReview(ctx context.Context, e ReviewEntry) error {
-	return p.inTx(ctx, func(tx pgx.Tx) error {
+	return dbtx.InTx(ctx, p.pool, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO `+p.tables.table("review_queue")+`
 			(event_id, txn_id, risk_score, reason, queue, flagged_at) VALUES ($1, $2, $3, $4, $5, $6)
 			ON CONFLICT (event_id) DO NOTHING`,
@@ -212,7 +205,7 @@ func (p *Postgres) EnqueueReview(ctx context.Context, e ReviewEntry) error {
 
 // RefreshKBStats implements Store.
 func (p *Postgres) RefreshKBStats(ctx context.Context, eventID string) error {
-	return p.inTx(ctx, func(tx pgx.Tx) error {
+	return dbtx.InTx(ctx, p.pool, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO `+p.tables.table("kb_statistics")+`
 			(id, documents, last_ingested_at, last_event_id, refreshed_at)
 			SELECT 1, count(*), max(ingested_at), $1, now() FROM `+p.tables.table("kb_documents")+`

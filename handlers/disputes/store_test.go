@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventpipe/eventpipe/app/dbtx/dbtest"
+	"github.com/eventpipe/eventpipe/app/outbox"
 	"github.com/eventpipe/eventpipe/handlers/disputes"
 )
 
@@ -49,7 +50,7 @@ func TestStores(t *testing.T) {
 	t.Parallel()
 	stores := map[string]func(t *testing.T) disputes.Store{
 		"memory": func(*testing.T) disputes.Store {
-			return disputes.NewMemory(disputes.MemoryOptions{Publisher: &recorder{}})
+			return disputes.NewMemory(disputes.MemoryOptions{Outbox: outbox.AfterCommit{Publisher: &recorder{}}})
 		},
 		"postgres": func(t *testing.T) disputes.Store {
 			pool, schema := dbtest.Schema(t)
@@ -135,7 +136,7 @@ func TestMemoryPublishesAfterCommit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	rec := &recorder{}
-	s := disputes.NewMemory(disputes.MemoryOptions{Publisher: rec})
+	s := disputes.NewMemory(disputes.MemoryOptions{Outbox: outbox.AfterCommit{Publisher: rec}})
 	id, err := s.RaiseDispute(ctx, disputes.Dispute{ID: "dsp_1", TxnID: "txn_1", ReasonCode: "x"})
 	require.NoError(t, err)
 	sent := rec.sent()

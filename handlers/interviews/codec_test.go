@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/outbox"
 	"github.com/eventpipe/eventpipe/app/topology"
 	"github.com/eventpipe/eventpipe/config"
 	"github.com/eventpipe/eventpipe/handlers/interviews"
@@ -235,7 +236,7 @@ type handlerFixture struct {
 func newHandlerFixture(t *testing.T) *handlerFixture {
 	t.Helper()
 	f := &handlerFixture{store: interviews.NewMemory(), pub: &recordingPublisher{}, gen: &fakeGenerator{}}
-	f.h = interviews.Handlers{Store: f.store, Publisher: f.pub, Generator: f.gen}
+	f.h = interviews.Handlers{Store: f.store, Outbox: outbox.AfterCommit{Publisher: f.pub}, Generator: f.gen}
 	f.org = seed(t, f.store, 100)
 	return f
 }

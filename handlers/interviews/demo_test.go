@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/eventpipe/eventpipe/app/outbox"
 	"github.com/eventpipe/eventpipe/handlers/interviews"
 )
 
@@ -39,7 +40,7 @@ func TestSampleTraffic(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	ps := newBroker(t, "memory")
 	store := interviews.NewMemory()
-	h := interviews.Handlers{Store: store, Publisher: ps, Generator: interviews.SampleGenerator{}, Logger: logger}
+	h := interviews.Handlers{Store: store, Outbox: outbox.AfterCommit{Publisher: ps}, Generator: interviews.SampleGenerator{}, Logger: logger}
 	startRoutes(t, ps, logger, h.Routes()...)
 
 	org, err := interviews.SampleTraffic(ctx, store, interviews.NewProducer(ps, logger), logger)

@@ -160,9 +160,11 @@ func newFlow(t *testing.T, b testbrokers.Kind, opts flowOptions) *flow {
 	if testing.Verbose() {
 		logger = testbrokers.Logger(t)
 	}
+	var writer outbox.Writer = outbox.AfterCommit{Publisher: ps}
 	if b.Durable {
 		pool, schema := dbtest.Schema(t)
-		store, err := interviews.NewPostgres(pool, schema, interviews.PostgresOptions{Outbox: true})
+		writer = outbox.TxWriter{Table: outbox.Table{Schema: schema}}
+		store, err := interviews.NewPostgres(pool, schema)
 		require.NoError(t, err)
 		f.store = store
 		relay, err := outbox.NewRelay(pool, ps, outbox.RelayConfig{Schema: schema, PollInterval: 200 * time.Millisecond, MinBackoff: 100 * time.Millisecond}, logger)
@@ -183,7 +185,7 @@ func newFlow(t *testing.T, b testbrokers.Kind, opts flowOptions) *flow {
 		backoff = 300 * time.Millisecond
 	}
 	h := interviews.Handlers{
-		Store: handlerStore, Publisher: ps, Generator: f.gen, Logger: logger,
+		Store: handlerStore, Outbox: writer, Generator: f.gen, Logger: logger,
 		ReportQueue:      f.reportQ,
 		CompletedBackoff: testBackoff(backoff),
 		ReportBackoff:    testBackoff(backoff),
@@ -454,7 +456,7 @@ func closedPool(t *testing.T) *pgxpool.Pool {
 }
 
 func testDatabaseDown(t *testing.T, b testbrokers.Kind) {
-	down, err := interviews.NewPostgres(closedPool(t), "", interviews.PostgresOptions{Outbox: true})
+	down, err := interviews.NewPostgres(closedPool(t), "")
 	require.NoError(t, err)
 	var sw *switchStore
 	f := newFlow(t, b, flowOptions{

@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/outbox"
 	"github.com/eventpipe/eventpipe/middleware"
 )
 
@@ -51,9 +52,29 @@ func (h Handlers) settleCompleted(ctx context.Context, log *slog.Logger, msg *me
 	if err != nil {
 		return failure.AsPermanent(err) // unreachable: the ids were validated
 	}
-	res, err := h.Store.SettleCompleted(ctx, Settlement{
-		InterviewID: ev.InterviewID, OrganizationID: ev.OrganizationID, Consumed: billedCredits, Anchor: ev.CompletedAt,
-	}, FollowUp{Topic: h.reportQueue(), Message: report})
+	// The request is written with the settlement and leaves after it
+	// commits, only when this delivery really settled.
+	var followUp FollowUp
+	if q := h.reportQueue(); q == "" {
+		log.WarnContext(ctx, "report-generate queue not configured, report request skipped")
+	} else {
+		followUp = func(ctx context.Context) error { return h.Outbox.Write(ctx, q, report) }
+	}
+	var res SettleResult
+	err = outbox.Unit(ctx, func(ctx context.Context) error {
+		var err error
+		res, err = h.Store.SettleCompleted(ctx, Settlement{
+			InterviewID: ev.InterviewID, OrganizationID: ev.OrganizationID, Consumed: billedCredits, Anchor: ev.CompletedAt,
+		}, followUp)
+		return err
+	})
+	if np := (*outbox.NotPublishedError)(nil); errors.As(err, &np) {
+		// Committed: returning the error would redeliver a message whose
+		// settlement is done (the embedded mode has no relay to retry).
+		log.ErrorContext(ctx, "report request not published; settlement stays committed",
+			slog.String("report_message_id", report.UUID), slog.Any("error", err))
+		return nil
+	}
 	if err != nil {
 		return storeError(ctx, log, "settle completed interview", err)
 	}
@@ -69,20 +90,7 @@ func (h Handlers) settleCompleted(ctx context.Context, log *slog.Logger, msg *me
 		slog.Int64("credits_reserved", res.CreditsReserved),
 		slog.Int64("credits_consumed", res.CreditsConsumed),
 		slog.Time("retention_expires_at", res.RetentionExpiresAt),
-		slog.Bool("report_via_outbox", res.FollowUpQueued))
-	if res.FollowUpQueued {
-		return nil
-	}
-	// After the commit, as the spec does: an error is logged, not returned —
-	// returning it would redeliver a message whose settlement is done.
-	if q := h.reportQueue(); q == "" {
-		log.WarnContext(ctx, "report-generate queue not configured, report request skipped")
-	} else if err := h.Publisher.Publish(q, report); err != nil {
-		log.ErrorContext(ctx, "report request not published; settlement stays committed",
-			slog.String("report_message_id", report.UUID), slog.Any("error", err))
-	} else {
-		log.InfoContext(ctx, "report requested", slog.String("report_message_id", report.UUID))
-	}
+		slog.String("report_message_id", report.UUID))
 	return nil
 }
 

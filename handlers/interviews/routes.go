@@ -4,8 +4,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
-
+	"github.com/eventpipe/eventpipe/app/outbox"
 	"github.com/eventpipe/eventpipe/app/route"
 )
 
@@ -13,8 +12,9 @@ import (
 type Handlers struct {
 	// Store holds interviews, credits and reports.
 	Store Store
-	// Publisher publishes report.generate when the store has no outbox.
-	Publisher message.Publisher
+	// Outbox takes report.generate with the settlement (outbox.TxWriter
+	// with the Postgres store, outbox.AfterCommit with the memory one).
+	Outbox outbox.Writer
 	// Generator writes reports (LLMGenerator in production).
 	Generator ReportGenerator
 	Logger    *slog.Logger
@@ -94,7 +94,7 @@ func (h Handlers) reportPolicy() route.Policy {
 }
 
 // Routes returns the spec's two routes. A zero Handlers is enough for
-// validation (app.Catalog); running the routes needs Store, Publisher and
+// validation (app.Catalog); running the routes needs Store, Outbox and
 // Generator.
 func (h Handlers) Routes() route.Set {
 	return route.Set{

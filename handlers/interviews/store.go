@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"time"
-
-	"github.com/ThreeDotsLabs/watermill/message"
 )
 
 // Report statuses (InterviewReportModel's lifecycle).
@@ -128,12 +126,11 @@ type Settlement struct {
 	Anchor time.Time
 }
 
-// FollowUp is a message to publish once the settlement has committed, only
-// when it really settled (report.generate).
-type FollowUp struct {
-	Topic   string
-	Message *message.Message
-}
+// FollowUp runs inside the settlement's transaction, only when this call
+// really settled, with ctx carrying that transaction: it writes the
+// report.generate request to the outbox (outbox.Writer), so the request is
+// published after, and only if, the settlement commits. nil for none.
+type FollowUp func(ctx context.Context) error
 
 // SettleResult is what a settlement did.
 type SettleResult struct {
@@ -143,9 +140,6 @@ type SettleResult struct {
 	CreditsReserved    int64
 	CreditsConsumed    int64
 	RetentionExpiresAt time.Time
-	// FollowUpQueued is true when the follow-up went to the transactional
-	// outbox with the settlement; otherwise the caller publishes it.
-	FollowUpQueued bool
 }
 
 // Claim is the outcome of a report claim.

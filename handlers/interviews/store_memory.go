@@ -37,19 +37,20 @@ func NewMemory() *Memory {
 	}
 }
 
-// SettleCompleted implements Store. The memory store has no outbox: the
-// follow-up is the caller's to publish (FollowUpQueued is false).
-func (m *Memory) SettleCompleted(_ context.Context, s Settlement, _ FollowUp) (SettleResult, error) {
-	return m.settle(s)
+// SettleCompleted implements Store. followUp runs under the store's lock,
+// before the settlement becomes visible; its error undoes nothing (the memory
+// store has no rollback), so it must only stage (outbox.AfterCommit).
+func (m *Memory) SettleCompleted(ctx context.Context, s Settlement, followUp FollowUp) (SettleResult, error) {
+	return m.settle(ctx, s, followUp)
 }
 
 // SettleFailed implements Store.
-func (m *Memory) SettleFailed(_ context.Context, s Settlement) (SettleResult, error) {
+func (m *Memory) SettleFailed(ctx context.Context, s Settlement) (SettleResult, error) {
 	s.Consumed = 0
-	return m.settle(s)
+	return m.settle(ctx, s, nil)
 }
 
-func (m *Memory) settle(s Settlement) (SettleResult, error) {
+func (m *Memory) settle(ctx context.Context, s Settlement, followUp FollowUp) (SettleResult, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	iv, err := m.interviewOf(s.OrganizationID, s.InterviewID, true)
@@ -62,6 +63,12 @@ func (m *Memory) settle(s Settlement) (SettleResult, error) {
 	}
 	if iv.SettledAt != nil {
 		return SettleResult{Settled: false, CreditsReserved: iv.CreditsReserved, CreditsConsumed: deref(iv.CreditsConsumed)}, nil
+	}
+	if followUp != nil {
+		// Before any change: a failed follow-up leaves the interview unsettled.
+		if err := followUp(ctx); err != nil {
+			return SettleResult{}, fmt.Errorf("settle interview %s: %w", s.InterviewID, err)
+		}
 	}
 	now := m.now()
 	consumed := billed(s.Consumed, iv.CreditsReserved)

@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/eventpipe/eventpipe/app/dbtx"
-	"github.com/eventpipe/eventpipe/app/outbox"
 	"github.com/eventpipe/eventpipe/migrations"
 )
 
@@ -21,71 +20,21 @@ import (
 type Postgres struct {
 	pool   *pgxpool.Pool
 	schema string
-	outbox bool
 }
 
 var _ Store = (*Postgres)(nil)
 
-// PostgresOptions configures NewPostgres.
-type PostgresOptions struct {
-	// Outbox writes a settlement's follow-up (report.generate) to the
-	// schema's transactional outbox in the settlement's transaction; a relay
-	// (outbox.RunWorkers) must then run against the same schema. Without
-	// it the handler publishes after the commit, and a crash between the two
-	// loses the report request (the spec's own behaviour).
-	Outbox bool
-}
-
 // NewPostgres returns the store on schema (migrations.DefaultSchema when
 // empty), which must be migrated.
-func NewPostgres(pool *pgxpool.Pool, schema string, opts PostgresOptions) (*Postgres, error) {
+func NewPostgres(pool *pgxpool.Pool, schema string) (*Postgres, error) {
 	schema = migrations.SchemaOrDefault(schema)
 	if err := migrations.ValidateSchema(schema); err != nil {
 		return nil, fmt.Errorf("interviews store: %w", err)
 	}
-	return &Postgres{pool: pool, schema: schema, outbox: opts.Outbox}, nil
+	return &Postgres{pool: pool, schema: schema}, nil
 }
 
 func (p *Postgres) t(name string) string { return pgx.Identifier{p.schema, name}.Sanitize() }
-
-// inTx runs fn in the caller's transaction (dbtx.From, as a savepoint) or a
-// new one, committing on success.
-func (p *Postgres) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	var (
-		tx  pgx.Tx
-		err error
-	)
-	if outer, ok := dbtx.From(ctx); ok {
-		tx, err = outer.Begin(ctx)
-	} else {
-		tx, err = p.pool.Begin(ctx)
-	}
-	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if err := fn(tx); err != nil {
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	return nil
-}
-
-// querier is a pool or a transaction.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
-
-func (p *Postgres) q(ctx context.Context) querier {
-	if tx, ok := dbtx.From(ctx); ok {
-		return tx
-	}
-	return p.pool
-}
 
 // SettleCompleted implements Store.
 func (p *Postgres) SettleCompleted(ctx context.Context, s Settlement, followUp FollowUp) (SettleResult, error) {
@@ -95,12 +44,12 @@ func (p *Postgres) SettleCompleted(ctx context.Context, s Settlement, followUp F
 // SettleFailed implements Store.
 func (p *Postgres) SettleFailed(ctx context.Context, s Settlement) (SettleResult, error) {
 	s.Consumed = 0
-	return p.settle(ctx, s, FollowUp{})
+	return p.settle(ctx, s, nil)
 }
 
 func (p *Postgres) settle(ctx context.Context, s Settlement, followUp FollowUp) (SettleResult, error) {
 	var res SettleResult
-	err := p.inTx(ctx, func(tx pgx.Tx) error {
+	err := dbtx.InTx(ctx, p.pool, func(ctx context.Context, tx pgx.Tx) error {
 		retention := s.Anchor.UTC().Add(RetentionPeriod)
 		// The claim. Concurrent settlements of one interview queue on its
 		// row lock; the second re-reads settled_at after the first commits
@@ -150,11 +99,8 @@ func (p *Postgres) settle(ctx context.Context, s Settlement, followUp FollowUp) 
 			}
 		}
 		res = SettleResult{Settled: true, CreditsReserved: reserved, CreditsConsumed: consumed, RetentionExpiresAt: retention}
-		if p.outbox && followUp.Message != nil {
-			if err := (outbox.Table{Schema: p.schema}).Write(ctx, tx, followUp.Topic, followUp.Message); err != nil {
-				return err
-			}
-			res.FollowUpQueued = true
+		if followUp != nil {
+			return followUp(ctx)
 		}
 		return nil
 	})
@@ -188,7 +134,7 @@ func (p *Postgres) whyNotClaimed(ctx context.Context, tx pgx.Tx, s Settlement, r
 	return nil
 }
 
-func (p *Postgres) mismatch(ctx context.Context, q querier, orgID string) error {
+func (p *Postgres) mismatch(ctx context.Context, q dbtx.Querier, orgID string) error {
 	var known bool
 	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+p.t("organizations")+` WHERE id = $1)`, orgID).Scan(&known); err != nil {
 		return fmt.Errorf("read organization: %w", err)
@@ -238,7 +184,7 @@ func scanInterview(row pgx.Row) (Interview, error) {
 
 // LoadInterview implements Store.
 func (p *Postgres) LoadInterview(ctx context.Context, organizationID, interviewID string) (Interview, error) {
-	q := p.q(ctx)
+	q := dbtx.Q(ctx, p.pool)
 	iv, err := scanInterview(q.QueryRow(ctx, `SELECT `+interviewColumns+` FROM `+p.t("interviews")+`
 		WHERE id = $1 AND deleted_at IS NULL`, interviewID))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -281,7 +227,7 @@ func scanReport(row pgx.Row) (Report, error) {
 
 // LoadReport implements Store.
 func (p *Postgres) LoadReport(ctx context.Context, interviewID string) (Report, bool, error) {
-	r, err := scanReport(p.q(ctx).QueryRow(ctx, `SELECT `+reportColumns+` FROM `+p.t("interview_reports")+` WHERE interview_id = $1`, interviewID))
+	r, err := scanReport(dbtx.Q(ctx, p.pool).QueryRow(ctx, `SELECT `+reportColumns+` FROM `+p.t("interview_reports")+` WHERE interview_id = $1`, interviewID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Report{}, false, nil
 	}
@@ -294,7 +240,7 @@ func (p *Postgres) LoadReport(ctx context.Context, interviewID string) (Report, 
 // ClaimReport implements Store: one upsert whose conditional DO UPDATE is the
 // claim, so two workers cannot both win.
 func (p *Postgres) ClaimReport(ctx context.Context, organizationID, interviewID string, staleAfter time.Duration) (Claim, error) {
-	q := p.q(ctx)
+	q := dbtx.Q(ctx, p.pool)
 	var c Claim
 	err := q.QueryRow(ctx, `INSERT INTO `+p.t("interview_reports")+` AS r
 			(interview_id, organization_id, status, attempt_count, claimed_at)
@@ -335,7 +281,7 @@ func (p *Postgres) CompleteReport(ctx context.Context, interviewID string, attem
 	if err != nil {
 		return false, fmt.Errorf("complete report %s: %w", interviewID, err)
 	}
-	tag, err := p.q(ctx).Exec(ctx, `UPDATE `+p.t("interview_reports")+` r
+	tag, err := dbtx.Q(ctx, p.pool).Exec(ctx, `UPDATE `+p.t("interview_reports")+` r
 		SET status = 'COMPLETED', overall_score = $3, recommendation = $4, summary = $5, insufficient_evidence = $6,
 		    skill_assessments = $7, question_analysis = $8, generation = $9, last_error = NULL,
 		    completed_at = now(), updated_at = now(),
@@ -351,7 +297,7 @@ func (p *Postgres) CompleteReport(ctx context.Context, interviewID string, attem
 
 // FailReport implements Store.
 func (p *Postgres) FailReport(ctx context.Context, interviewID string, attemptCount int, reason string) error {
-	_, err := p.q(ctx).Exec(ctx, `UPDATE `+p.t("interview_reports")+`
+	_, err := dbtx.Q(ctx, p.pool).Exec(ctx, `UPDATE `+p.t("interview_reports")+`
 		SET status = 'FAILED', last_error = $3, updated_at = now()
 		WHERE interview_id = $1 AND status <> 'COMPLETED'
 		  AND ($2 = 0 OR (status = 'PROCESSING' AND attempt_count = $2))`, interviewID, attemptCount, reason)
@@ -363,7 +309,7 @@ func (p *Postgres) FailReport(ctx context.Context, interviewID string, attemptCo
 
 // CreateOrganization implements Store.
 func (p *Postgres) CreateOrganization(ctx context.Context, o Organization) error {
-	_, err := p.q(ctx).Exec(ctx, `INSERT INTO `+p.t("organizations")+` (id, name) VALUES ($1, $2)`, o.ID, o.Name)
+	_, err := dbtx.Q(ctx, p.pool).Exec(ctx, `INSERT INTO `+p.t("organizations")+` (id, name) VALUES ($1, $2)`, o.ID, o.Name)
 	if isUniqueViolation(err) {
 		return fmt.Errorf("create organization %s: %w", o.ID, ErrExists)
 	}
@@ -375,7 +321,7 @@ func (p *Postgres) CreateOrganization(ctx context.Context, o Organization) error
 
 // AddCreditLot implements Store.
 func (p *Postgres) AddCreditLot(ctx context.Context, lot CreditLot) error {
-	err := p.inTx(ctx, func(tx pgx.Tx) error {
+	err := dbtx.InTx(ctx, p.pool, func(ctx context.Context, tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE `+p.t("organizations")+` SET available_credits = available_credits + $2, updated_at = now() WHERE id = $1`,
 			lot.OrganizationID, lot.Remaining)
 		if err != nil {
@@ -403,7 +349,7 @@ func (p *Postgres) CreateInterview(ctx context.Context, in NewInterview) error {
 	if err != nil {
 		return fmt.Errorf("create interview %s: %w", in.ID, err)
 	}
-	err = p.inTx(ctx, func(tx pgx.Tx) error {
+	err = dbtx.InTx(ctx, p.pool, func(ctx context.Context, tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE `+p.t("organizations")+`
 			SET available_credits = available_credits - $2, reserved_credits = reserved_credits + $2, updated_at = now()
 			WHERE id = $1`, in.OrganizationID, in.CreditsReserved)
@@ -469,7 +415,7 @@ func (p *Postgres) CreateInterview(ctx context.Context, in NewInterview) error {
 // Organization implements Store.
 func (p *Postgres) Organization(ctx context.Context, id string) (Organization, error) {
 	var o Organization
-	err := p.q(ctx).QueryRow(ctx, `SELECT id, name, available_credits, reserved_credits FROM `+p.t("organizations")+` WHERE id = $1`, id).
+	err := dbtx.Q(ctx, p.pool).QueryRow(ctx, `SELECT id, name, available_credits, reserved_credits FROM `+p.t("organizations")+` WHERE id = $1`, id).
 		Scan(&o.ID, &o.Name, &o.AvailableCredits, &o.ReservedCredits)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Organization{}, fmt.Errorf("organization %s: %w", id, ErrUnknownOrganization)
@@ -482,7 +428,7 @@ func (p *Postgres) Organization(ctx context.Context, id string) (Organization, e
 
 // CreditLots implements Store.
 func (p *Postgres) CreditLots(ctx context.Context, organizationID string) ([]CreditLot, error) {
-	rows, err := p.q(ctx).Query(ctx, `SELECT id, organization_id, remaining, reserved, status, expires_at, created_at
+	rows, err := dbtx.Q(ctx, p.pool).Query(ctx, `SELECT id, organization_id, remaining, reserved, status, expires_at, created_at
 		FROM `+p.t("credit_lots")+` WHERE organization_id = $1 ORDER BY created_at, id`, organizationID)
 	if err != nil {
 		return nil, fmt.Errorf("credit lots of %s: %w", organizationID, err)
@@ -500,7 +446,7 @@ func (p *Postgres) CreditLots(ctx context.Context, organizationID string) ([]Cre
 
 // Interview implements Store.
 func (p *Postgres) Interview(ctx context.Context, id string) (Interview, error) {
-	iv, err := scanInterview(p.q(ctx).QueryRow(ctx, `SELECT `+interviewColumns+` FROM `+p.t("interviews")+` WHERE id = $1`, id))
+	iv, err := scanInterview(dbtx.Q(ctx, p.pool).QueryRow(ctx, `SELECT `+interviewColumns+` FROM `+p.t("interviews")+` WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Interview{}, fmt.Errorf("interview %s: %w", id, ErrUnknownInterview)
 	}
@@ -512,7 +458,7 @@ func (p *Postgres) Interview(ctx context.Context, id string) (Interview, error) 
 
 // LedgerEntries implements Store.
 func (p *Postgres) LedgerEntries(ctx context.Context, organizationID string) ([]LedgerEntry, error) {
-	rows, err := p.q(ctx).Query(ctx, `SELECT organization_id, lot_id, kind, credits, reference_kind, reference_id, created_at
+	rows, err := dbtx.Q(ctx, p.pool).Query(ctx, `SELECT organization_id, lot_id, kind, credits, reference_kind, reference_id, created_at
 		FROM `+p.t("credit_ledger_entries")+` WHERE organization_id = $1 ORDER BY id`, organizationID)
 	if err != nil {
 		return nil, fmt.Errorf("ledger of %s: %w", organizationID, err)
@@ -530,7 +476,7 @@ func (p *Postgres) LedgerEntries(ctx context.Context, organizationID string) ([]
 
 // DeleteInterview implements Store.
 func (p *Postgres) DeleteInterview(ctx context.Context, id string) error {
-	tag, err := p.q(ctx).Exec(ctx, `UPDATE `+p.t("interviews")+` SET deleted_at = now(), updated_at = now() WHERE id = $1`, id)
+	tag, err := dbtx.Q(ctx, p.pool).Exec(ctx, `UPDATE `+p.t("interviews")+` SET deleted_at = now(), updated_at = now() WHERE id = $1`, id)
 	if err != nil {
 		return fmt.Errorf("delete interview %s: %w", id, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventpipe/eventpipe/app/dbtx/dbtest"
+	"github.com/eventpipe/eventpipe/app/outbox"
 	"github.com/eventpipe/eventpipe/handlers/interviews"
 )
 
@@ -25,7 +26,7 @@ func storeCtors() map[string]storeCtor {
 		"memory": func(*testing.T) interviews.Store { return interviews.NewMemory() },
 		"postgres": func(t *testing.T) interviews.Store {
 			pool, schema := dbtest.Schema(t)
-			s, err := interviews.NewPostgres(pool, schema, interviews.PostgresOptions{})
+			s, err := interviews.NewPostgres(pool, schema)
 			require.NoError(t, err)
 			return s
 		},
@@ -96,10 +97,9 @@ func testSettleCompleted(t *testing.T, s interviews.Store) {
 	avail, res := balances(t, s, org)
 	assert.Equal(t, []int64{30, 20}, []int64{avail, res})
 
-	r, err := s.SettleCompleted(ctx, interviews.Settlement{InterviewID: id, OrganizationID: org, Consumed: 12, Anchor: anchor}, interviews.FollowUp{})
+	r, err := s.SettleCompleted(ctx, interviews.Settlement{InterviewID: id, OrganizationID: org, Consumed: 12, Anchor: anchor}, nil)
 	require.NoError(t, err)
 	assert.True(t, r.Settled)
-	assert.False(t, r.FollowUpQueued)
 	assert.Equal(t, int64(12), r.CreditsConsumed)
 	assert.True(t, anchor.Add(interviews.RetentionPeriod).Equal(r.RetentionExpiresAt))
 
@@ -133,7 +133,7 @@ func testSettleCapped(t *testing.T, s interviews.Store) {
 	ctx := context.Background()
 	org := seed(t, s, 10)
 	id := newInterview(t, s, org, 10)
-	r, err := s.SettleCompleted(ctx, interviews.Settlement{InterviewID: id, OrganizationID: org, Consumed: 500, Anchor: anchor}, interviews.FollowUp{})
+	r, err := s.SettleCompleted(ctx, interviews.Settlement{InterviewID: id, OrganizationID: org, Consumed: 500, Anchor: anchor}, nil)
 	require.NoError(t, err)
 	assert.Equal(t, int64(10), r.CreditsConsumed)
 	avail, res := balances(t, s, org)
@@ -151,9 +151,9 @@ func testSettleTwice(t *testing.T, s interviews.Store) {
 	org := seed(t, s, 50)
 	id := newInterview(t, s, org, 20)
 	st := interviews.Settlement{InterviewID: id, OrganizationID: org, Consumed: 5, Anchor: anchor}
-	_, err := s.SettleCompleted(ctx, st, interviews.FollowUp{})
+	_, err := s.SettleCompleted(ctx, st, nil)
 	require.NoError(t, err)
-	r, err := s.SettleCompleted(ctx, st, interviews.FollowUp{})
+	r, err := s.SettleCompleted(ctx, st, nil)
 	require.NoError(t, err)
 	assert.False(t, r.Settled)
 	assert.Equal(t, int64(5), r.CreditsConsumed)
@@ -176,7 +176,7 @@ func testSettleConcurrent(t *testing.T, s interviews.Store) {
 	results := make(chan interviews.SettleResult, n)
 	for range n {
 		wg.Go(func() {
-			r, err := s.SettleCompleted(ctx, interviews.Settlement{InterviewID: id, OrganizationID: org, Consumed: 7, Anchor: anchor}, interviews.FollowUp{})
+			r, err := s.SettleCompleted(ctx, interviews.Settlement{InterviewID: id, OrganizationID: org, Consumed: 7, Anchor: anchor}, nil)
 			assert.NoError(t, err)
 			results <- r
 		})
@@ -230,7 +230,7 @@ func testLotsOrder(t *testing.T, s interviews.Store) {
 	assert.Equal(t, int64(6), reserved[laterLot])
 
 	time.Sleep(1100 * time.Millisecond) // the soon lot expires
-	_, err = s.SettleCompleted(ctx, interviews.Settlement{InterviewID: id, OrganizationID: org, Consumed: 2, Anchor: anchor}, interviews.FollowUp{})
+	_, err = s.SettleCompleted(ctx, interviews.Settlement{InterviewID: id, OrganizationID: org, Consumed: 2, Anchor: anchor}, nil)
 	require.NoError(t, err)
 	entries, err := s.LedgerEntries(ctx, org)
 	require.NoError(t, err)
@@ -268,7 +268,7 @@ func testSettleRefusals(t *testing.T, s interviews.Store) {
 		"unknown organization": {interviews.Settlement{InterviewID: id, OrganizationID: interviews.NewObjectID(), Consumed: 1}, interviews.ErrUnknownOrganization},
 		"another organization": {interviews.Settlement{InterviewID: id, OrganizationID: other, Consumed: 1}, interviews.ErrOrganizationMismatch},
 	} {
-		_, err := s.SettleCompleted(ctx, c.st, interviews.FollowUp{})
+		_, err := s.SettleCompleted(ctx, c.st, nil)
 		assert.ErrorIs(t, err, c.want, name)
 		_, err = s.SettleFailed(ctx, c.st)
 		assert.ErrorIs(t, err, c.want, name)
@@ -394,23 +394,23 @@ func TestPostgresOutboxFollowUp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, schema := dbtest.Schema(t)
-	s, err := interviews.NewPostgres(pool, schema, interviews.PostgresOptions{Outbox: true})
+	s, err := interviews.NewPostgres(pool, schema)
 	require.NoError(t, err)
 	org := seed(t, s, 50)
 	id := newInterview(t, s, org, 20)
-	follow := func() interviews.FollowUp {
+	writer := outbox.TxWriter{Table: outbox.Table{Schema: schema}}
+	follow := func(topic string) interviews.FollowUp {
 		msg, err := interviews.NewReportGenerateMessage(ctx, interviews.ReportGenerate{InterviewID: id, OrganizationID: org})
 		require.NoError(t, err)
-		return interviews.FollowUp{Topic: interviews.ReportGenerateQueue, Message: msg}
+		return func(ctx context.Context) error { return writer.Write(ctx, topic, msg) }
 	}
 	st := interviews.Settlement{InterviewID: id, OrganizationID: org, Consumed: 3, Anchor: anchor}
-	r, err := s.SettleCompleted(ctx, st, follow())
+	r, err := s.SettleCompleted(ctx, st, follow(interviews.ReportGenerateQueue))
 	require.NoError(t, err)
-	assert.True(t, r.FollowUpQueued)
-	r, err = s.SettleCompleted(ctx, st, follow())
+	assert.True(t, r.Settled)
+	r, err = s.SettleCompleted(ctx, st, follow(interviews.ReportGenerateQueue))
 	require.NoError(t, err)
 	assert.False(t, r.Settled)
-	assert.False(t, r.FollowUpQueued)
 
 	var n int
 	var topic string
@@ -424,7 +424,7 @@ func TestPostgresOutboxFollowUp(t *testing.T) {
 	// An outbox write that fails rolls the settlement back.
 	id2 := newInterview(t, s, org, 5)
 	_, err = s.SettleCompleted(ctx, interviews.Settlement{InterviewID: id2, OrganizationID: org, Consumed: 1, Anchor: anchor},
-		interviews.FollowUp{Topic: "", Message: message.NewMessage("x", []byte(`{}`))})
+		func(ctx context.Context) error { return writer.Write(ctx, "", message.NewMessage("x", []byte(`{}`))) })
 	require.Error(t, err)
 	iv, err := s.Interview(ctx, id2)
 	require.NoError(t, err)

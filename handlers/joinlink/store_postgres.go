@@ -36,26 +36,10 @@ func (p *Postgres) table() string {
 	return pgx.Identifier{p.schema, "hdb_program_session"}.Sanitize()
 }
 
-func (p *Postgres) exec(ctx context.Context, sql string, args ...any) (int64, error) {
-	if tx, ok := dbtx.From(ctx); ok {
-		tag, err := tx.Exec(ctx, sql, args...)
-		return tag.RowsAffected(), err
-	}
-	tag, err := p.pool.Exec(ctx, sql, args...)
-	return tag.RowsAffected(), err
-}
-
-func (p *Postgres) queryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if tx, ok := dbtx.From(ctx); ok {
-		return tx.QueryRow(ctx, sql, args...)
-	}
-	return p.pool.QueryRow(ctx, sql, args...)
-}
-
 // CreateSession implements Store.
 func (p *Postgres) CreateSession(ctx context.Context, now time.Time) (int64, error) {
 	var id int64
-	err := p.queryRow(ctx, `INSERT INTO `+p.table()+` (created_at, updated_at) VALUES ($1, $1) RETURNING id`, micro(now)).Scan(&id)
+	err := dbtx.Q(ctx, p.pool).QueryRow(ctx, `INSERT INTO `+p.table()+` (created_at, updated_at) VALUES ($1, $1) RETURNING id`, micro(now)).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("create program session: %w", err)
 	}
@@ -81,7 +65,7 @@ func scanSession(row pgx.Row) (Session, error) {
 
 // Session implements Store.
 func (p *Postgres) Session(ctx context.Context, id int64) (Session, error) {
-	s, err := scanSession(p.queryRow(ctx, `SELECT `+sessionColumns+` FROM `+p.table()+` WHERE id = $1 AND deleted_at IS NULL`, id))
+	s, err := scanSession(dbtx.Q(ctx, p.pool).QueryRow(ctx, `SELECT `+sessionColumns+` FROM `+p.table()+` WHERE id = $1 AND deleted_at IS NULL`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Session{}, fmt.Errorf("program session %d: %w", id, ErrNotFound)
 	}
@@ -102,7 +86,7 @@ func (p *Postgres) SetLinkGeneration(ctx context.Context, id int64, at *time.Tim
 		t := micro(*at)
 		atArg = &t
 	}
-	s, err := scanSession(p.queryRow(ctx, `UPDATE `+p.table()+`
+	s, err := scanSession(dbtx.Q(ctx, p.pool).QueryRow(ctx, `UPDATE `+p.table()+`
 		SET link_generation_at = $2, link_generation_status = $3, updated_at = $4, updated_by = NULLIF($5, 0)
 		WHERE id = $1 AND deleted_at IS NULL
 		  AND NOT (link_generation_status = 'IN_PROGRESS' AND updated_at >= $6)
@@ -123,7 +107,7 @@ func (p *Postgres) SetLinkGeneration(ctx context.Context, id int64, at *time.Tim
 // conditional UPDATE (atomic in Postgres: a concurrent claimer waits for the
 // row lock, re-evaluates the WHERE on the new row version and loses).
 func (p *Postgres) Claim(ctx context.Context, id int64, actor int64, now, staleBefore time.Time) (bool, error) {
-	n, err := p.exec(ctx, `UPDATE `+p.table()+`
+	tag, err := dbtx.Q(ctx, p.pool).Exec(ctx, `UPDATE `+p.table()+`
 		SET link_generation_status = 'IN_PROGRESS', updated_at = $2, updated_by = NULLIF($3, 0)
 		WHERE id = $1 AND deleted_at IS NULL
 		  AND (link_generation_status IN ('SCHEDULED', 'FAILED')
@@ -132,7 +116,7 @@ func (p *Postgres) Claim(ctx context.Context, id int64, actor int64, now, staleB
 	if err != nil {
 		return false, fmt.Errorf("claim program session %d: %w", id, err)
 	}
-	return n == 1, nil
+	return tag.RowsAffected() == 1, nil
 }
 
 // Finish implements Store.
@@ -140,14 +124,14 @@ func (p *Postgres) Finish(ctx context.Context, id int64, claimedAt time.Time, st
 	if status != Completed && status != Failed {
 		return false, fmt.Errorf("finish program session %d: status %s is not COMPLETED or FAILED", id, status)
 	}
-	n, err := p.exec(ctx, `UPDATE `+p.table()+`
+	tag, err := dbtx.Q(ctx, p.pool).Exec(ctx, `UPDATE `+p.table()+`
 		SET link_generation_status = $3, updated_at = $4, updated_by = NULLIF($5, 0)
 		WHERE id = $1 AND link_generation_status = 'IN_PROGRESS' AND updated_at = $2`,
 		id, micro(claimedAt), string(status), micro(now), actor)
 	if err != nil {
 		return false, fmt.Errorf("mark program session %d %s: %w", id, status, err)
 	}
-	return n == 1, nil
+	return tag.RowsAffected() == 1, nil
 }
 
 // DueForFallback implements Store.
@@ -169,11 +153,11 @@ func (p *Postgres) DueForFallback(ctx context.Context, dueBefore, staleBefore ti
 
 // DeleteSession implements Store.
 func (p *Postgres) DeleteSession(ctx context.Context, id int64, now time.Time) error {
-	n, err := p.exec(ctx, `UPDATE `+p.table()+` SET deleted_at = $2 WHERE id = $1 AND deleted_at IS NULL`, id, micro(now))
+	tag, err := dbtx.Q(ctx, p.pool).Exec(ctx, `UPDATE `+p.table()+` SET deleted_at = $2 WHERE id = $1 AND deleted_at IS NULL`, id, micro(now))
 	if err != nil {
 		return fmt.Errorf("delete program session %d: %w", id, err)
 	}
-	if n == 0 {
+	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("program session %d: %w", id, ErrNotFound)
 	}
 	return nil

@@ -247,7 +247,7 @@ func newFixture(t *testing.T, kind string, opts fixtureOptions) *fixture {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 
-	var outboxImpl core.Outbox
+	var outboxImpl outbox.Writer
 	if kind == "postgres" {
 		// Core's real store: state, inbox marker and outbox in one
 		// transaction; a relay publishes the outbox after commit.
@@ -256,14 +256,14 @@ func newFixture(t *testing.T, kind string, opts fixtureOptions) *fixture {
 		require.NoError(t, err)
 		ib, err := inbox.NewPostgres(pool, schema)
 		require.NoError(t, err)
-		f.store, f.inbox, outboxImpl = st, ib, core.PostgresOutbox{Schema: schema}
+		f.store, f.inbox, outboxImpl = st, ib, outbox.TxWriter{Table: outbox.Table{Schema: schema}}
 		relay, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{Schema: schema, PollInterval: 100 * time.Millisecond}, testLogger)
 		require.NoError(t, err)
 		done := make(chan struct{})
 		go func() { defer close(done); _ = relay.Run(ctx) }()
 		t.Cleanup(func() { cancel(); <-done })
 	} else {
-		f.store, f.inbox, outboxImpl = core.NewMemory(), inbox.NewMemory(), core.AfterCommit{Publisher: pub}
+		f.store, f.inbox, outboxImpl = core.NewMemory(), inbox.NewMemory(), outbox.AfterCommit{Publisher: pub}
 	}
 
 	procs := aiworker.Processors{Resume: f.proc, CoverLetter: f.proc, Repository: f.proc, Web: f.proc, Questions: f.proc,

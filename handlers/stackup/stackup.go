@@ -20,6 +20,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/eventpipe/eventpipe/app/inbox"
+	"github.com/eventpipe/eventpipe/app/outbox"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/topology"
 	"github.com/eventpipe/eventpipe/handlers/stackup/aiworker"
@@ -58,10 +59,10 @@ type Deps struct {
 	// publisher (routing.New / routing.NewNative) over the broker.
 	Publisher message.Publisher
 	Inbox     inbox.Store
-	// Store and Outbox are Core's: core.NewPostgres + core.PostgresOutbox
-	// with a database, core.NewMemory + core.AfterCommit{Publisher} without.
+	// Store and Outbox are Core's: core.NewPostgres + outbox.TxWriter
+	// with a database, core.NewMemory + outbox.AfterCommit{Publisher} without.
 	Store  core.Store
-	Outbox core.Outbox
+	Outbox outbox.Writer
 	// Processors are the AI worker's; a consumed queue whose processor is
 	// nil refuses to start.
 	Processors aiworker.Processors
@@ -157,7 +158,7 @@ func CatalogRoutes() route.Set {
 		}
 	}
 	h, err := New(Roles{Core: true, AIWorker: true, Realtime: true}, Deps{
-		Topology: top, Publisher: refuse{}, Inbox: inbox.NewMemory(), Store: core.NewMemory(), Outbox: core.AfterCommit{Publisher: refuse{}},
+		Topology: top, Publisher: refuse{}, Inbox: inbox.NewMemory(), Store: core.NewMemory(), Outbox: outbox.AfterCommit{Publisher: refuse{}},
 		Processors: aiworker.SampleProcessors(), Catalog: cat, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {

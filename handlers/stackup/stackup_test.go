@@ -13,6 +13,7 @@ import (
 
 	"github.com/eventpipe/eventpipe/app/inbox"
 	"github.com/eventpipe/eventpipe/app/llm"
+	"github.com/eventpipe/eventpipe/app/outbox"
 	"github.com/eventpipe/eventpipe/handlers/stackup"
 	"github.com/eventpipe/eventpipe/handlers/stackup/aiworker"
 	"github.com/eventpipe/eventpipe/handlers/stackup/core"
@@ -58,7 +59,7 @@ func TestSampleTraffic(t *testing.T) {
 	ps, pub, _ := newRouted(t, "memory", stackupTopology)
 	store := core.NewMemory()
 	h, err := stackup.New(stackup.Roles{Core: true, AIWorker: true, Realtime: true}, stackup.Deps{
-		Topology: stackupTopology, Publisher: pub, Inbox: inbox.NewMemory(), Store: store, Outbox: core.AfterCommit{Publisher: pub},
+		Topology: stackupTopology, Publisher: pub, Inbox: inbox.NewMemory(), Store: store, Outbox: outbox.AfterCommit{Publisher: pub},
 		Processors: aiworker.SampleProcessors(), Retry: testRetry, Logger: slog.New(slog.DiscardHandler),
 	})
 	require.NoError(t, err)

@@ -39,36 +39,9 @@ func (p *Postgres) Schema() string { return p.schema }
 
 func (p *Postgres) t(name string) string { return pgx.Identifier{p.schema, name}.Sanitize() }
 
-type querier interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-func (p *Postgres) q(ctx context.Context) querier {
-	if tx, ok := dbtx.From(ctx); ok {
-		return tx
-	}
-	return p.pool
-}
-
 // Atomically implements Store.
 func (p *Postgres) Atomically(ctx context.Context, fn func(ctx context.Context) error) error {
-	if _, ok := dbtx.From(ctx); ok {
-		return fn(ctx)
-	}
-	tx, err := p.pool.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("stackup store: begin: %w", err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if err := fn(dbtx.WithTx(ctx, tx)); err != nil {
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("stackup store: commit: %w", err)
-	}
-	return nil
+	return dbtx.InTx(ctx, p.pool, func(ctx context.Context, _ pgx.Tx) error { return fn(ctx) })
 }
 
 func jsonOrNil(v any, isNil bool) ([]byte, error) {
@@ -108,7 +81,7 @@ func (p *Postgres) CreateDocument(ctx context.Context, d Document) error {
 	if err != nil {
 		return err
 	}
-	_, err = p.q(ctx).Exec(ctx, `INSERT INTO `+p.t("stackup_analyzed_documents")+`
+	_, err = dbtx.Q(ctx, p.pool).Exec(ctx, `INSERT INTO `+p.t("stackup_analyzed_documents")+`
 		(id, user_id, target_type, target_id, status, summary, tech_stack, document_path, embedding_chunk_count, error_code, error_message, retriable)
 		VALUES ($1, NULLIF($2::bigint, 0), $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
 		d.ID, d.UserID, d.TargetType, d.TargetID, d.Status, nullString(d.Summary), tech, nullString(d.DocumentPath),
@@ -143,7 +116,7 @@ func scanDocument(row pgx.Row) (Document, error) {
 
 // Document implements Store.
 func (p *Postgres) Document(ctx context.Context, id int64) (Document, error) {
-	d, err := scanDocument(p.q(ctx).QueryRow(ctx, `SELECT `+docColumns+` FROM `+p.t("stackup_analyzed_documents")+` WHERE id = $1`, id))
+	d, err := scanDocument(dbtx.Q(ctx, p.pool).QueryRow(ctx, `SELECT `+docColumns+` FROM `+p.t("stackup_analyzed_documents")+` WHERE id = $1`, id))
 	if err != nil {
 		return Document{}, notFound(err, "document", id)
 	}
@@ -156,7 +129,7 @@ func (p *Postgres) FinishAnalysis(ctx context.Context, targetType string, target
 	if err != nil {
 		return nil, err
 	}
-	rows, err := p.q(ctx).Query(ctx, `UPDATE `+p.t("stackup_analyzed_documents")+`
+	rows, err := dbtx.Q(ctx, p.pool).Query(ctx, `UPDATE `+p.t("stackup_analyzed_documents")+`
 		SET status = $3, summary = $4, tech_stack = $5, document_path = $6, embedding_chunk_count = $7,
 		    error_code = $8, error_message = $9, retriable = $10, updated_at = now()
 		WHERE target_type = $1 AND target_id = $2 AND status = 'PROCESSING'
@@ -187,7 +160,7 @@ func (p *Postgres) CreateSession(ctx context.Context, s Session) error {
 	if err != nil {
 		return err
 	}
-	_, err = p.q(ctx).Exec(ctx, `INSERT INTO `+p.t("stackup_interview_sessions")+`
+	_, err = dbtx.Q(ctx, p.pool).Exec(ctx, `INSERT INTO `+p.t("stackup_interview_sessions")+`
 		(id, user_id, question_pool, feedback_attempt_id, feedback_failed_at, feedback_fail_retriable)
 		VALUES ($1, NULLIF($2::bigint, 0), $3, $4, $5, $6)`,
 		s.ID, s.UserID, pool, s.FeedbackAttemptID, s.FeedbackFailedAt, s.FeedbackFailRetriable)
@@ -203,7 +176,7 @@ func (p *Postgres) Session(ctx context.Context, id int64) (Session, error) {
 		s    Session
 		pool []byte
 	)
-	err := p.q(ctx).QueryRow(ctx, `SELECT id, COALESCE(user_id, 0), question_pool, feedback_attempt_id, feedback_failed_at, feedback_fail_retriable
+	err := dbtx.Q(ctx, p.pool).QueryRow(ctx, `SELECT id, COALESCE(user_id, 0), question_pool, feedback_attempt_id, feedback_failed_at, feedback_fail_retriable
 		FROM `+p.t("stackup_interview_sessions")+` WHERE id = $1`, id).
 		Scan(&s.ID, &s.UserID, &pool, &s.FeedbackAttemptID, &s.FeedbackFailedAt, &s.FeedbackFailRetriable)
 	if err != nil {
@@ -222,7 +195,7 @@ func (p *Postgres) Session(ctx context.Context, id int64) (Session, error) {
 }
 
 func (p *Postgres) execOne(ctx context.Context, what string, id int64, sql string, args ...any) error {
-	tag, err := p.q(ctx).Exec(ctx, sql, args...)
+	tag, err := dbtx.Q(ctx, p.pool).Exec(ctx, sql, args...)
 	if err != nil {
 		return fmt.Errorf("%s %d: %w", what, id, err)
 	}
@@ -265,7 +238,7 @@ func (p *Postgres) MarkFeedbackFailed(ctx context.Context, sessionID int64, retr
 func (p *Postgres) SaveFeedback(ctx context.Context, f Feedback) (bool, error) {
 	inserted := false
 	err := p.Atomically(ctx, func(ctx context.Context) error {
-		tag, err := p.q(ctx).Exec(ctx, `INSERT INTO `+p.t("stackup_session_feedbacks")+`
+		tag, err := dbtx.Q(ctx, p.pool).Exec(ctx, `INSERT INTO `+p.t("stackup_session_feedbacks")+`
 			(session_id, attempt_id, feedback, report_file_path) VALUES ($1, $2, $3, $4)
 			ON CONFLICT (session_id) DO NOTHING`, f.SessionID, f.AttemptID, []byte(f.Feedback), f.ReportFilePath)
 		if err != nil {
@@ -289,7 +262,7 @@ func (p *Postgres) SaveFeedback(ctx context.Context, f Feedback) (bool, error) {
 // Feedback implements Store.
 func (p *Postgres) Feedback(ctx context.Context, sessionID int64) (Feedback, error) {
 	var f Feedback
-	err := p.q(ctx).QueryRow(ctx, `SELECT session_id, attempt_id, feedback, report_file_path
+	err := dbtx.Q(ctx, p.pool).QueryRow(ctx, `SELECT session_id, attempt_id, feedback, report_file_path
 		FROM `+p.t("stackup_session_feedbacks")+` WHERE session_id = $1`, sessionID).
 		Scan(&f.SessionID, &f.AttemptID, &f.Feedback, &f.ReportFilePath)
 	if err != nil {
@@ -311,7 +284,7 @@ func (p *Postgres) CreateMessage(ctx context.Context, m Message) error {
 	if err != nil {
 		return err
 	}
-	_, err = p.q(ctx).Exec(ctx, `INSERT INTO `+p.t("stackup_interview_messages")+`
+	_, err = dbtx.Q(ctx, p.pool).Exec(ctx, `INSERT INTO `+p.t("stackup_interview_messages")+`
 		(id, session_id, role, content, status, answer_intent, answer_evaluation, tts_status, audio_key, audio_duration_sec,
 		 tts_error_code, voice_metrics, voice_error_code)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
@@ -334,7 +307,7 @@ func (p *Postgres) Message(ctx context.Context, id int64) (Message, error) {
 		intent, ttsStatus, ttsErr, voiceErr *string
 		eval, metrics                       []byte
 	)
-	err := p.q(ctx).QueryRow(ctx, `SELECT id, session_id, role, content, status, answer_intent, answer_evaluation, tts_status,
+	err := dbtx.Q(ctx, p.pool).QueryRow(ctx, `SELECT id, session_id, role, content, status, answer_intent, answer_evaluation, tts_status,
 		audio_key, audio_duration_sec, tts_error_code, voice_metrics, voice_error_code
 		FROM `+p.t("stackup_interview_messages")+` WHERE id = $1`, id).
 		Scan(&m.ID, &m.SessionID, &m.Role, &m.Content, &m.Status, &intent, &eval, &ttsStatus, &m.AudioKey, &m.AudioDurationSec,
@@ -378,7 +351,7 @@ func (p *Postgres) UpdateMessage(ctx context.Context, m Message) error {
 
 // DeleteMessage implements Store.
 func (p *Postgres) DeleteMessage(ctx context.Context, id int64) (bool, error) {
-	tag, err := p.q(ctx).Exec(ctx, `DELETE FROM `+p.t("stackup_interview_messages")+` WHERE id = $1`, id)
+	tag, err := dbtx.Q(ctx, p.pool).Exec(ctx, `DELETE FROM `+p.t("stackup_interview_messages")+` WHERE id = $1`, id)
 	if err != nil {
 		return false, fmt.Errorf("delete message %d: %w", id, err)
 	}

@@ -2,11 +2,13 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
 	"github.com/google/uuid"
 
+	"github.com/eventpipe/eventpipe/app/outbox"
 	"github.com/eventpipe/eventpipe/handlers/stackup/catalog"
 	"github.com/eventpipe/eventpipe/handlers/stackup/envelope"
 )
@@ -16,27 +18,27 @@ import (
 // (§5.14). It returns the request's messageId.
 func (s *Service) request(ctx context.Context, o catalog.Outgoing, prepare func(ctx context.Context) error) (string, error) {
 	o.Publisher, o.TraceID, o.Now = envelope.PublisherCore, traceOf(ctx), s.cfg.Now()
-	ctx = Begin(ctx)
 	var id string
-	err := s.cfg.Store.Atomically(ctx, func(ctx context.Context) error {
-		if prepare != nil {
-			if err := prepare(ctx); err != nil {
+	err := outbox.Unit(ctx, func(ctx context.Context) error {
+		return s.cfg.Store.Atomically(ctx, func(ctx context.Context) error {
+			if prepare != nil {
+				if err := prepare(ctx); err != nil {
+					return err
+				}
+			}
+			msg, topic, err := s.cfg.Catalog.Encode(ctx, o)
+			if err != nil {
 				return err
 			}
-		}
-		msg, topic, err := s.cfg.Catalog.Encode(ctx, o)
-		if err != nil {
-			return err
-		}
-		id = msg.UUID
-		return s.cfg.Outbox.Stage(ctx, topic, msg)
+			id = msg.UUID
+			return s.cfg.Outbox.Write(ctx, topic, msg)
+		})
 	})
-	if err != nil {
-		Discard(ctx)
-		return "", fmt.Errorf("stackup request %s: %w", o.Type, err)
+	if np := (*outbox.NotPublishedError)(nil); errors.As(err, &np) {
+		return id, fmt.Errorf("stackup request %s: %w", o.Type, err)
 	}
-	if err := s.cfg.Outbox.Flush(ctx); err != nil {
-		return id, fmt.Errorf("stackup request %s: committed, not published: %w", o.Type, err)
+	if err != nil {
+		return "", fmt.Errorf("stackup request %s: %w", o.Type, err)
 	}
 	s.cfg.Logger.InfoContext(ctx, "stackup request committed", slog.String("message_id", id),
 		slog.String("trace_id", o.TraceID), slog.String("message_type", o.Type))

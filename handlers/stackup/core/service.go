@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/eventpipe/eventpipe/app/inbox"
+	"github.com/eventpipe/eventpipe/app/outbox"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/topology"
 	"github.com/eventpipe/eventpipe/handlers/stackup/catalog"
@@ -30,9 +31,9 @@ type Config struct {
 	Catalog  catalog.Catalog
 	Topology topology.Topology
 	Store    Store
-	// Outbox is PostgresOutbox with the Postgres store, AfterCommit with
-	// the memory store.
-	Outbox Outbox
+	// Outbox publishes after commit: outbox.TxWriter with the Postgres
+	// store, outbox.AfterCommit with the memory store.
+	Outbox outbox.Writer
 	Inbox  inbox.Store
 	Retry  catalog.Retry
 	Logger *slog.Logger
@@ -108,16 +109,17 @@ func (s *Service) Routes() (route.Set, error) {
 // after it commits.
 func (s *Service) effect(consumer string, apply func(context.Context, catalog.Delivery) error) catalog.Handler {
 	return func(ctx context.Context, d catalog.Delivery) error {
-		ctx = Begin(ctx)
-		err := s.cfg.Inbox.Process(ctx, consumer, d.Envelope.MessageID, func(ctx context.Context) error {
-			return s.cfg.Store.Atomically(ctx, func(ctx context.Context) error { return apply(ctx, d) })
+		err := outbox.Unit(ctx, func(ctx context.Context) error {
+			return s.cfg.Inbox.Process(ctx, consumer, d.Envelope.MessageID, func(ctx context.Context) error {
+				return s.cfg.Store.Atomically(ctx, func(ctx context.Context) error { return apply(ctx, d) })
+			})
 		})
-		if err != nil {
-			Discard(ctx)
-			return err
-		}
-		if err := s.cfg.Outbox.Flush(ctx); err != nil {
+		if np := (*outbox.NotPublishedError)(nil); errors.As(err, &np) {
 			s.cfg.Logger.WarnContext(ctx, "stackup: notification not published after commit", append(d.Attrs(), slog.Any("error", err))...)
+			return nil
+		}
+		if err != nil {
+			return err
 		}
 		return nil
 	}
@@ -146,7 +148,7 @@ func (s *Service) notify(ctx context.Context, traceID, messageType string, ectx 
 	if err != nil {
 		return fmt.Errorf("notify %s: %w", eventType, err)
 	}
-	return s.cfg.Outbox.Stage(ctx, topic, msg)
+	return s.cfg.Outbox.Write(ctx, topic, msg)
 }
 
 func (s *Service) notifySessionAndUser(ctx context.Context, d catalog.Delivery, sessionID, userID int64, eventType string, data any) error {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/eventpipe/eventpipe/app/dbtx/dbtest"
 	"github.com/eventpipe/eventpipe/app/inbox"
+	"github.com/eventpipe/eventpipe/app/outbox"
 	"github.com/eventpipe/eventpipe/app/topology"
 	"github.com/eventpipe/eventpipe/handlers/stackup"
 	"github.com/eventpipe/eventpipe/handlers/stackup/catalog"
@@ -51,7 +52,7 @@ func TestMemoryRequestPublishedAfterCommit(t *testing.T) {
 	rec := &recorder{}
 	store := core.NewMemory()
 	svc, err := core.New(core.Config{Catalog: catalog.Default(), Topology: loadTopology(t), Store: store,
-		Outbox: core.AfterCommit{Publisher: rec}, Inbox: inbox.NewMemory(), Logger: slog.New(slog.DiscardHandler)})
+		Outbox: outbox.AfterCommit{Publisher: rec}, Inbox: inbox.NewMemory(), Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	ctx := context.Background()
 
@@ -81,7 +82,7 @@ func TestPostgresRequestWrittenToTheOutbox(t *testing.T) {
 	ib, err := inbox.NewPostgres(pool, schema)
 	require.NoError(t, err)
 	svc, err := core.New(core.Config{Catalog: catalog.Default(), Topology: loadTopology(t), Store: store,
-		Outbox: core.PostgresOutbox{Schema: schema}, Inbox: ib, Logger: slog.New(slog.DiscardHandler)})
+		Outbox: outbox.TxWriter{Table: outbox.Table{Schema: schema}}, Inbox: ib, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	ctx := context.Background()
 	require.NoError(t, store.CreateSession(ctx, core.Session{ID: 9, UserID: 7}))

@@ -1,0 +1,101 @@
+package app
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/eventpipe/eventpipe/app/route"
+	"github.com/eventpipe/eventpipe/app/spec"
+	"github.com/eventpipe/eventpipe/app/topology"
+	"github.com/eventpipe/eventpipe/config"
+	"github.com/eventpipe/eventpipe/handlers/booking"
+	"github.com/eventpipe/eventpipe/handlers/demo"
+	"github.com/eventpipe/eventpipe/handlers/disputes"
+	"github.com/eventpipe/eventpipe/handlers/interviews"
+	"github.com/eventpipe/eventpipe/handlers/joinlink"
+	"github.com/eventpipe/eventpipe/handlers/stackup"
+)
+
+// Modules lists every spec this binary runs, in the order their routes are
+// added. Adding a spec is a package under handlers/ and one entry here (see
+// ARCHITECTURE.md).
+func Modules() []spec.Module {
+	return []spec.Module{
+		demo.Module{},
+		interviews.Module{},
+		stackup.Module{},
+		disputes.Module{},
+		booking.Module{},
+		joinlink.Module{},
+	}
+}
+
+// enabledModules are the modules cfg enables.
+func enabledModules(cfg config.Config) []spec.Module {
+	var on []spec.Module
+	for _, m := range Modules() {
+		if m.Enabled(cfg) {
+			on = append(on, m)
+		}
+	}
+	return on
+}
+
+// SpecTopology merges the topologies of the specs cfg enables. It has no
+// queues when none of them declares a topology.
+func SpecTopology(cfg config.Config) (topology.Topology, error) {
+	var tops []topology.Topology
+	for _, m := range enabledModules(cfg) {
+		if m.Topology() == "" {
+			continue
+		}
+		data, err := config.TopologyFile(m.Topology())
+		if err != nil {
+			return topology.Topology{}, err
+		}
+		t, err := topology.Parse(data)
+		if err != nil {
+			return topology.Topology{}, fmt.Errorf("spec %s: %w", m.Name(), err)
+		}
+		tops = append(tops, t)
+	}
+	if len(tops) == 0 {
+		return topology.Topology{Name: "none"}, nil
+	}
+	return topology.Merge("eventpipe", tops...)
+}
+
+// Catalog returns every route this binary knows, enabled or not. `eventpipe
+// publish` validates bodies against it; its handlers must not be run.
+func Catalog() route.Set {
+	var set route.Set
+	for _, m := range Modules() {
+		set = append(set, m.Catalog()...)
+	}
+	return set
+}
+
+// fanoutTopics are the topics the enabled specs need delivered to every
+// instance (spec.Fanout).
+func fanoutTopics(cfg config.Config) []string {
+	var topics []string
+	for _, m := range enabledModules(cfg) {
+		if f, ok := m.(spec.Fanout); ok {
+			topics = append(topics, f.FanoutTopics(cfg)...)
+		}
+	}
+	return topics
+}
+
+// Commands returns the commands the specs add to the command line
+// (spec.Commander).
+func Commands(env spec.CommandEnv) []*cobra.Command {
+	var cmds []*cobra.Command
+	for _, m := range Modules() {
+		if c, ok := m.(spec.Commander); ok {
+			cmds = append(cmds, c.Commands(env)...)
+		}
+	}
+	return cmds
+}

@@ -1,0 +1,81 @@
+package interviews
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/eventpipe/eventpipe/app/llm"
+	"github.com/eventpipe/eventpipe/app/route"
+	"github.com/eventpipe/eventpipe/app/spec"
+	"github.com/eventpipe/eventpipe/config"
+)
+
+// Module is the interviews spec: interview-completed (credit settlement) and
+// report-generate (reports), with sample traffic when interviews.sample_traffic
+// is on.
+type Module struct{}
+
+var _ spec.Module = Module{}
+
+// Name implements spec.Module.
+func (Module) Name() string { return "interviews" }
+
+// Enabled implements spec.Module.
+func (Module) Enabled(cfg config.Config) bool { return cfg.Interviews.Enabled }
+
+// Topology implements spec.Module.
+func (Module) Topology() string { return "interviews" }
+
+// Catalog implements spec.Module.
+func (Module) Catalog() route.Set { return Handlers{}.Routes() }
+
+// Build implements spec.Module. The store is PostgreSQL when the service has
+// a database — report requests then go through the transactional outbox, so a
+// relay must run (serve's, outbox.relay, or `eventpipe relay`) — and the
+// memory store otherwise (the embedded mode: nothing survives a restart).
+func (Module) Build(_ context.Context, d spec.Deps) (spec.Parts, error) {
+	var store Store = NewMemory()
+	if d.DB != nil {
+		pg, err := NewPostgres(d.DB, d.Config.Postgres.Schema)
+		if err != nil {
+			return spec.Parts{}, err
+		}
+		store = pg
+	}
+	gen, err := generator(d)
+	if err != nil {
+		return spec.Parts{}, err
+	}
+	parts := spec.Parts{Routes: Handlers{
+		Store:      store,
+		Outbox:     d.Outbox,
+		Generator:  gen,
+		Logger:     d.Logger,
+		StaleClaim: d.Config.Interviews.StaleClaim,
+	}.Routes()}
+	if d.Config.Interviews.SampleTraffic {
+		parts.Workers = append(parts.Workers, spec.Worker{Name: "interviews sample traffic", Run: func(ctx context.Context) error {
+			_, err := SampleTraffic(ctx, store, NewProducer(d.Publisher, d.Logger), d.Logger)
+			return err
+		}})
+	}
+	return parts, nil
+}
+
+// generator returns the report generator: the LLM client from the llm
+// section. Without an API key it is an error, except with
+// interviews.sample_traffic, where the built-in sample generator stands in so
+// that `make run` needs no account.
+func generator(d spec.Deps) (ReportGenerator, error) {
+	client, err := llm.New(d.LLM)
+	if err != nil {
+		if d.Config.Interviews.SampleTraffic {
+			d.Logger.Warn("interviews: no LLM configured, reports come from the sample generator",
+				slog.String("api_key_env", d.LLM.APIKeyEnv), slog.Any("reason", err))
+			return SampleGenerator{}, nil
+		}
+		return nil, fmt.Errorf("report generator: %w", err)
+	}
+	return LLMGenerator{Client: client}, nil
+}

@@ -1,0 +1,79 @@
+package joinlink
+
+import (
+	"context"
+
+	"github.com/eventpipe/eventpipe/app/route"
+	"github.com/eventpipe/eventpipe/app/spec"
+	"github.com/eventpipe/eventpipe/config"
+)
+
+// Module is the join-link spec: the processor on join-link-generation, the
+// in-process scheduler and its dispatcher (EventBridge Scheduler's role), the
+// 4-hourly fallback sweep and the admin API.
+type Module struct{}
+
+var _ spec.Module = Module{}
+
+// Name implements spec.Module.
+func (Module) Name() string { return "joinlink" }
+
+// Enabled implements spec.Module.
+func (Module) Enabled(cfg config.Config) bool { return cfg.JoinLink.Enabled }
+
+// Topology implements spec.Module.
+func (Module) Topology() string { return "joinlink" }
+
+// Catalog implements spec.Module.
+func (Module) Catalog() route.Set { return Catalog() }
+
+// Build implements spec.Module. Store and schedules are PostgreSQL when the
+// service has a database, in memory otherwise; bulkRegister is the in-memory
+// fake (there is no online-session client yet). The admin API is mounted on
+// the admin server when joinlink.admin_token_env names a set variable.
+func (Module) Build(_ context.Context, d spec.Deps) (spec.Parts, error) {
+	c := d.Config.JoinLink
+	var (
+		store     Store        = NewMemory()
+		schedules DueSchedules = NewMemorySchedules()
+	)
+	if d.DB != nil {
+		s, err := NewPostgres(d.DB, d.Config.Postgres.Schema)
+		if err != nil {
+			return spec.Parts{}, err
+		}
+		sch, err := NewPostgresSchedules(d.DB, d.Config.Postgres.Schema)
+		if err != nil {
+			return spec.Parts{}, err
+		}
+		store, schedules = s, sch
+	}
+	svc := &Service{
+		Store:     store,
+		Generator: NewMemoryGenerator(),
+		Scheduler: &Scheduler{Enabled: c.EnableScheduler, Schedules: schedules, Logger: d.Logger},
+		Logger:    d.Logger,
+	}
+	parts := spec.Parts{Routes: Handlers{Service: svc, Logger: d.Logger}.Routes()}
+	if token := d.Getenv(c.AdminTokenEnv); token != "" {
+		parts.Endpoints = append(parts.Endpoints, spec.Endpoint{
+			Pattern: "/program-session/",
+			Handler: &API{Service: svc, Auth: BearerAuth(token), Logger: d.Logger},
+		})
+	}
+	if c.EnableScheduler {
+		dispatcher := &Dispatcher{Schedules: schedules, Publisher: d.Publisher, Interval: c.DispatchInterval, Logger: d.Logger}
+		parts.Workers = append(parts.Workers, spec.Worker{Name: "joinlink dispatcher", Run: dispatcher.Run})
+	}
+	if c.EnableFallbackCron {
+		parts.Workers = append(parts.Workers, spec.Worker{Name: "joinlink fallback sweep", Run: func(ctx context.Context) error {
+			return svc.RunFallback(ctx, FallbackInterval)
+		}})
+	}
+	if c.SampleTraffic {
+		parts.Workers = append(parts.Workers, spec.Worker{Name: "joinlink sample traffic", Run: func(ctx context.Context) error {
+			return SampleTraffic(ctx, svc, d.Logger)
+		}})
+	}
+	return parts, nil
+}
