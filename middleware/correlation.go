@@ -11,11 +11,9 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-)
 
-// TraceIDKey is the metadata key that carries a message's trace id on every
-// broker (an AMQP header, an SQS message attribute, a Postgres metadata field).
-const TraceIDKey = "x-trace-id"
+	"github.com/eventpipe/eventpipe/app/metadata"
+)
 
 type traceIDKey struct{}
 
@@ -48,7 +46,7 @@ func NewMessage(ctx context.Context, payload []byte) *message.Message {
 	msg := message.NewMessage(watermill.NewUUID(), payload)
 	msg.SetContext(ctx)
 	if id := TraceID(ctx); id != "" {
-		msg.Metadata.Set(TraceIDKey, id)
+		msg.Metadata.Set(metadata.TraceIDKey, id)
 	}
 	return msg
 }
@@ -66,24 +64,24 @@ func Correlation(h message.HandlerFunc) message.HandlerFunc {
 func CorrelationFrom(fromWire func(*message.Message) string) message.HandlerMiddleware {
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
-			id := msg.Metadata.Get(TraceIDKey)
+			id := msg.Metadata.Get(metadata.TraceIDKey)
 			if id == "" && fromWire != nil {
 				id = fromWire(msg)
 			}
 			if id == "" {
-				if fromParent, ok := TraceIDFromTraceparent(msg.Metadata.Get(TraceparentKey)); ok {
+				if fromParent, ok := TraceIDFromTraceparent(msg.Metadata.Get(metadata.TraceparentKey)); ok {
 					id = fromParent
 				} else {
 					id = NewTraceID()
 				}
 			}
-			msg.Metadata.Set(TraceIDKey, id)
+			msg.Metadata.Set(metadata.TraceIDKey, id)
 			msg.SetContext(WithTraceID(msg.Context(), id))
 
 			produced, err := h(msg)
 			for _, p := range produced {
-				if p.Metadata.Get(TraceIDKey) == "" {
-					p.Metadata.Set(TraceIDKey, id)
+				if p.Metadata.Get(metadata.TraceIDKey) == "" {
+					p.Metadata.Set(metadata.TraceIDKey, id)
 				}
 			}
 			return produced, err

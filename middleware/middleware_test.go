@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/middleware"
 )
@@ -23,7 +24,7 @@ import (
 func TestCorrelationKeepsIncomingTraceID(t *testing.T) {
 	t.Parallel()
 	in := message.NewMessage(watermill.NewUUID(), nil)
-	in.Metadata.Set(middleware.TraceIDKey, "trace-from-upstream")
+	in.Metadata.Set(metadata.TraceIDKey, "trace-from-upstream")
 
 	var seen string
 	produced, err := middleware.Correlation(func(msg *message.Message) ([]*message.Message, error) {
@@ -36,7 +37,7 @@ func TestCorrelationKeepsIncomingTraceID(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "trace-from-upstream", seen)
 	for _, p := range produced {
-		assert.Equal(t, "trace-from-upstream", p.Metadata.Get(middleware.TraceIDKey))
+		assert.Equal(t, "trace-from-upstream", p.Metadata.Get(metadata.TraceIDKey))
 	}
 }
 
@@ -50,19 +51,19 @@ func TestCorrelationGivesATraceIDToMessagesWithout(t *testing.T) {
 	})(in)
 	require.NoError(t, err)
 	assert.Regexp(t, regexp.MustCompile(`^[0-9a-f]{32}$`), seen)
-	assert.Equal(t, seen, in.Metadata.Get(middleware.TraceIDKey))
+	assert.Equal(t, seen, in.Metadata.Get(metadata.TraceIDKey))
 }
 
 func TestNewMessageContinuesTrace(t *testing.T) {
 	t.Parallel()
 	ctx := middleware.WithTraceID(context.Background(), "t-1")
 	msg := middleware.NewMessage(ctx, []byte("x"))
-	assert.Equal(t, "t-1", msg.Metadata.Get(middleware.TraceIDKey))
+	assert.Equal(t, "t-1", msg.Metadata.Get(metadata.TraceIDKey))
 	assert.Equal(t, "t-1", middleware.TraceID(msg.Context()))
 	assert.NotEmpty(t, msg.UUID)
 
 	bare := middleware.NewMessage(context.Background(), nil)
-	assert.Empty(t, bare.Metadata.Get(middleware.TraceIDKey))
+	assert.Empty(t, bare.Metadata.Get(metadata.TraceIDKey))
 }
 
 // withRoute stands for the router, which puts the queue and handler names in

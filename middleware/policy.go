@@ -14,6 +14,7 @@ import (
 
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/app/route"
 )
 
@@ -53,7 +54,7 @@ type Policy struct {
 	// Publisher publishes dead letters to Route.DeadLetterQueue.
 	Publisher message.Publisher
 	// NackDelay says the broker delays a nacked message by its
-	// broker.NackDelayKey (broker.NackDelayer). Otherwise the backoff before
+	// metadata.NackDelayKey (broker.NackDelayer). Otherwise the backoff before
 	// a broker redelivery is waited here, before the nack.
 	NackDelay bool
 	Logger    *slog.Logger
@@ -67,7 +68,7 @@ func (p Policy) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		// may have cancelled a context derived from it.
 		ctx := msg.Context()
 		earlier := earlierAttempts(msg)
-		firstFailure := parseTime(msg.Metadata.Get(broker.FirstFailureKey))
+		firstFailure := parseTime(msg.Metadata.Get(metadata.FirstFailureKey))
 
 		if n := len(msg.Payload); n > broker.MaxPayloadBytes {
 			// A foreign publisher's message over the one size limit: no
@@ -112,9 +113,9 @@ func (p Policy) Middleware(h message.HandlerFunc) message.HandlerFunc {
 
 			wait := max(p.jittered(p.Route.Backoff.Wait(attempt)), failure.RetryAfter(err))
 			if p.Route.Redelivery == route.Broker {
-				msg.Metadata.Set(broker.FirstFailureKey, firstFailure.Format(time.RFC3339Nano))
+				msg.Metadata.Set(metadata.FirstFailureKey, firstFailure.Format(time.RFC3339Nano))
 				if p.NackDelay {
-					msg.Metadata.Set(broker.NackDelayKey, wait.String())
+					msg.Metadata.Set(metadata.NackDelayKey, wait.String())
 				} else if !sleep(ctx, wait) {
 					return nil, err
 				}
@@ -154,14 +155,14 @@ func (p Policy) deadLetter(ctx context.Context, msg *message.Message, attempts i
 	dl := message.NewMessage(msg.UUID, msg.Payload)
 	for k, v := range msg.Metadata {
 		switch k {
-		case broker.AttemptKey, broker.NackDelayKey, broker.FirstFailureKey, broker.DeadLetterKey, TracestateKey:
+		case metadata.AttemptKey, metadata.NackDelayKey, metadata.FirstFailureKey, metadata.DeadLetterKey, metadata.TracestateKey:
 			// The DLQ's adapter counts its own attempts; the history is in
 			// DeadLetterKey; tracestate would cost an SQS attribute.
 		default:
 			dl.Metadata.Set(k, v)
 		}
 	}
-	broker.SetDeadLetter(dl, broker.DeadLetter{
+	metadata.SetDeadLetter(dl, metadata.DeadLetter{
 		Reason:         truncateUTF8(cause.Error(), MaxReasonBytes),
 		Class:          class.String(),
 		Attempts:       attempts,
@@ -172,7 +173,7 @@ func (p Policy) deadLetter(ctx context.Context, msg *message.Message, attempts i
 		TraceID:        TraceID(ctx),
 	})
 	if id := TraceID(ctx); id != "" {
-		dl.Metadata.Set(TraceIDKey, id)
+		dl.Metadata.Set(metadata.TraceIDKey, id)
 	}
 	dl.SetContext(ctx)
 	if err := p.Publisher.Publish(p.Route.DeadLetterQueue, dl); err != nil {
@@ -193,7 +194,7 @@ func (p Policy) jittered(d time.Duration) time.Duration {
 
 // earlierAttempts reads x-attempt, which every adapter sets on delivery.
 func earlierAttempts(msg *message.Message) int {
-	n, err := strconv.Atoi(msg.Metadata.Get(broker.AttemptKey))
+	n, err := strconv.Atoi(msg.Metadata.Get(metadata.AttemptKey))
 	if err != nil || n < 0 {
 		return 0
 	}

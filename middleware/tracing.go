@@ -12,14 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/eventpipe/eventpipe/app/failure"
-)
-
-// The metadata keys of the W3C trace context. They travel like TraceIDKey:
-// as AMQP headers, SQS message attributes or Postgres metadata fields, which
-// is what makes propagation work on every broker without adapter code.
-const (
-	TraceparentKey = "traceparent"
-	TracestateKey  = "tracestate"
+	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
 // TracerName is the instrumentation scope of the spans this package starts.
@@ -62,7 +55,7 @@ func isNoop(tp trace.TracerProvider) bool {
 // message the handler returns gets a traceparent too, so the trace continues
 // even through an untraced publisher.
 //
-// A message without a traceparent whose x-trace-id (TraceIDKey) is a valid
+// A message without a traceparent whose x-trace-id (metadata.TraceIDKey) is a valid
 // W3C trace id starts a trace with that id, so a log line's trace_id finds
 // the trace. That takes a provider whose ID generator gives a new trace the
 // trace id in its context (TraceID), as app/telemetry's does: the span is
@@ -142,7 +135,7 @@ func continueTrace(p *message.Message, handlerSpan trace.SpanContext) {
 		ctx = trace.ContextWithSpanContext(ctx, handlerSpan)
 		p.SetContext(ctx)
 	}
-	if p.Metadata.Get(TraceparentKey) != "" {
+	if p.Metadata.Get(metadata.TraceparentKey) != "" {
 		return
 	}
 	inject(ctx, p)
@@ -150,7 +143,7 @@ func continueTrace(p *message.Message, handlerSpan trace.SpanContext) {
 
 // TracingPublisher returns pub wrapped so that every published message gets a
 // producer span named "<topic> publish" and carries its W3C trace context in
-// its metadata (TraceparentKey, TracestateKey).
+// its metadata (metadata.TraceparentKey, metadata.TracestateKey).
 //
 // There is one span per message, not per Publish call: each message carries
 // its own context, so the messages of one call may belong to different
@@ -208,7 +201,7 @@ func (p *tracingPublisher) start(topic string, msg *message.Message) trace.Span 
 	ctx := msg.Context()
 	own := trace.SpanContextFromContext(ctx)
 	explicit := false
-	if tp := msg.Metadata.Get(TraceparentKey); tp != "" {
+	if tp := msg.Metadata.Get(metadata.TraceparentKey); tp != "" {
 		carried := trace.SpanContextFromContext(traceContext.Extract(context.Background(), propagation.MapCarrier(msg.Metadata)))
 		explicit = carried.IsValid() && (carried.TraceID() != own.TraceID() || carried.SpanID() != own.SpanID())
 		if explicit && !own.IsValid() {
@@ -244,8 +237,8 @@ func inject(ctx context.Context, msg *message.Message) {
 	if msg.Metadata == nil {
 		msg.Metadata = make(message.Metadata)
 	}
-	delete(msg.Metadata, TraceparentKey)
-	delete(msg.Metadata, TracestateKey)
+	delete(msg.Metadata, metadata.TraceparentKey)
+	delete(msg.Metadata, metadata.TracestateKey)
 	traceContext.Inject(ctx, propagation.MapCarrier(msg.Metadata))
 }
 
@@ -264,7 +257,7 @@ func seedTraceID(ctx context.Context, md message.Metadata) context.Context {
 	if TraceID(ctx) != "" {
 		return ctx
 	}
-	if id := md.Get(TraceIDKey); validTraceID(id) {
+	if id := md.Get(metadata.TraceIDKey); validTraceID(id) {
 		return WithTraceID(ctx, id)
 	}
 	return ctx
@@ -276,7 +269,7 @@ func correlationID(ctx context.Context, md message.Metadata) string {
 	if id := TraceID(ctx); id != "" {
 		return id
 	}
-	return md.Get(TraceIDKey)
+	return md.Get(metadata.TraceIDKey)
 }
 
 // validTraceID reports whether id is a W3C trace id: 32 lowercase hex

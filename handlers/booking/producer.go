@@ -15,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/middleware"
 )
 
@@ -59,7 +60,7 @@ func (p Producer) Enqueue(ctx context.Context, transport string, ev Event) (Even
 	}
 	msg.Metadata.Set(TransportKey, transport)
 	if tid := middleware.TraceID(ctx); tid != "" {
-		msg.Metadata.Set(middleware.TraceIDKey, tid)
+		msg.Metadata.Set(metadata.TraceIDKey, tid)
 	}
 	msg.SetContext(ctx)
 	if err := p.Publisher.Publish(p.queue(), msg); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/middleware"
 )
@@ -144,7 +145,7 @@ func Produce(ctx context.Context, pub message.Publisher, interval time.Duration,
 		} else {
 			logger.InfoContext(ctx, "greeting published",
 				slog.String("message_id", msg.UUID),
-				slog.String("trace_id", msg.Metadata.Get(middleware.TraceIDKey)),
+				slog.String("trace_id", msg.Metadata.Get(metadata.TraceIDKey)),
 				slog.String("queue", GreetingsQueue))
 		}
 		select {

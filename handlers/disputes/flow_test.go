@@ -23,6 +23,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/dbtx/dbtest"
 	"github.com/eventpipe/eventpipe/app/inbox"
+	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/app/outbox"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/testbrokers"
@@ -247,7 +248,7 @@ func testPoison(t *testing.T, b testbrokers.Kind) {
 			require.NotNil(t, m)
 			m.Ack()
 			require.Equal(t, c.msg.UUID, m.UUID)
-			d, ok, err := broker.DeadLetterOf(m)
+			d, ok, err := metadata.DeadLetterOf(m)
 			require.NoError(t, err)
 			require.True(t, ok)
 			assert.Equal(t, "permanent", d.Class)
@@ -310,7 +311,7 @@ func testIngestNoHeader(t *testing.T, b testbrokers.Kind) {
 		require.NotNil(t, m)
 		m.Ack()
 		assert.Equal(t, msg.UUID, m.UUID)
-		d, ok, err := broker.DeadLetterOf(m)
+		d, ok, err := metadata.DeadLetterOf(m)
 		require.NoError(t, err)
 		require.True(t, ok)
 		assert.Equal(t, "permanent", d.Class)

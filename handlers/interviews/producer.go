@@ -9,6 +9,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/middleware"
 )
 
@@ -156,13 +157,13 @@ func (p Producer) publish(ctx context.Context, queue, eventType, requestID strin
 	}
 	msg.Metadata.Set(RequestIDKey, requestID)
 	msg.Metadata.Set(EventTypeKey, eventType)
-	if msg.Metadata.Get(middleware.TraceIDKey) == "" {
+	if msg.Metadata.Get(metadata.TraceIDKey) == "" {
 		// A producer outside a handler starts a trace; the request id seeds
 		// it when there is one, so API logs and message logs line up.
 		if requestID != unknownRequestID {
-			msg.Metadata.Set(middleware.TraceIDKey, requestID)
+			msg.Metadata.Set(metadata.TraceIDKey, requestID)
 		} else {
-			msg.Metadata.Set(middleware.TraceIDKey, middleware.NewTraceID())
+			msg.Metadata.Set(metadata.TraceIDKey, middleware.NewTraceID())
 		}
 	}
 	if err := p.Publisher.Publish(queue, msg); err != nil {
@@ -170,7 +171,7 @@ func (p Producer) publish(ctx context.Context, queue, eventType, requestID strin
 	}
 	p.logger().InfoContext(ctx, "published",
 		slog.String("message_id", msg.UUID),
-		slog.String("trace_id", msg.Metadata.Get(middleware.TraceIDKey)),
+		slog.String("trace_id", msg.Metadata.Get(metadata.TraceIDKey)),
 		slog.String("queue", queue),
 		slog.String("event_type", eventType),
 		slog.String("request_id", requestID))
