@@ -31,9 +31,9 @@ import (
 	"github.com/eventpipe/eventpipe/app/failure"
 	"github.com/eventpipe/eventpipe/app/inbox"
 	"github.com/eventpipe/eventpipe/app/metadata"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/testbrokers"
-	"github.com/eventpipe/eventpipe/middleware"
 )
 
 // Environment variables of the crash child process.
@@ -58,7 +58,7 @@ func newEffects() *effects {
 func (e *effects) attempt(msg *message.Message) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.attempts[msg.UUID] = append(e.attempts[msg.UUID], middleware.Attempt(msg.Context()))
+	e.attempts[msg.UUID] = append(e.attempts[msg.UUID], msgctx.Attempt(msg.Context()))
 	e.notify()
 }
 
@@ -184,7 +184,7 @@ func (f *fixture) route(policy route.Policy, handle func(msg *message.Message) e
 
 func newTracedMessage(payload string) *message.Message {
 	msg := message.NewMessage(watermill.NewUUID(), []byte(payload))
-	msg.Metadata.Set(metadata.TraceIDKey, middleware.NewTraceID())
+	msg.Metadata.Set(metadata.TraceIDKey, msgctx.NewTraceID())
 	return msg
 }
 
@@ -212,7 +212,7 @@ func testTransientThenSuccess(t *testing.T, b testbrokers.Kind, redelivery route
 	f := newFixture(t, b)
 	msg := newTracedMessage(`{"n":1}`)
 	startRoute(t, f.ps, f.route(testPolicy(redelivery, route.DeadLetter, f.dlq), func(m *message.Message) error {
-		if middleware.Attempt(m.Context()) < 3 {
+		if msgctx.Attempt(m.Context()) < 3 {
 			return errDatabaseRestarting
 		}
 		f.effects.effect(m.UUID)

@@ -15,22 +15,13 @@ import (
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/failure"
 	"github.com/eventpipe/eventpipe/app/metadata"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/route"
 )
 
 // MaxReasonBytes bounds the reason a dead letter carries: enough for an
 // error chain, small against SQS's attribute budget.
 const MaxReasonBytes = 1024
-
-type attemptKey struct{}
-
-// Attempt returns the 1-based number of the attempt being handled in ctx:
-// earlier deliveries (x-attempt) plus this delivery's in-process attempts.
-// It is 0 outside a handler run by Policy.
-func Attempt(ctx context.Context) int {
-	n, _ := ctx.Value(attemptKey{}).(int)
-	return n
-}
 
 // Policy applies a route's failure policy (route.Policy) to every message:
 // it retries, redelivers, drops or dead-letters, the same way on every broker.
@@ -82,7 +73,7 @@ func (p Policy) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		}
 		for try := 1; ; try++ {
 			attempt := earlier + try
-			msg.SetContext(context.WithValue(ctx, attemptKey{}, attempt))
+			msg.SetContext(msgctx.WithAttempt(ctx, attempt))
 			produced, err := h(msg)
 			msg.SetContext(ctx)
 			if err == nil {
@@ -170,9 +161,9 @@ func (p Policy) deadLetter(ctx context.Context, msg *message.Message, attempts i
 		LastFailureAt:  now,
 		SourceQueue:    message.SubscribeTopicFromCtx(ctx),
 		DeadLetteredAt: now,
-		TraceID:        TraceID(ctx),
+		TraceID:        msgctx.TraceID(ctx),
 	})
-	if id := TraceID(ctx); id != "" {
+	if id := msgctx.TraceID(ctx); id != "" {
 		dl.Metadata.Set(metadata.TraceIDKey, id)
 	}
 	dl.SetContext(ctx)
@@ -238,7 +229,7 @@ func messageAttrs(msg *message.Message) []slog.Attr {
 	ctx := msg.Context()
 	return []slog.Attr{
 		slog.String("message_id", msg.UUID),
-		slog.String("trace_id", TraceID(ctx)),
+		slog.String("trace_id", msgctx.TraceID(ctx)),
 		slog.String("queue", message.SubscribeTopicFromCtx(ctx)),
 		slog.String("handler", message.HandlerNameFromCtx(ctx)),
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/failure"
 	"github.com/eventpipe/eventpipe/app/metadata"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/middleware"
 )
@@ -69,7 +70,7 @@ func runPolicy(t *testing.T, p route.Policy, nackDelay bool, meta map[string]str
 	var run policyRun
 	pol := middleware.Policy{Route: p, Publisher: pub, NackDelay: nackDelay, Logger: slog.New(slog.DiscardHandler), Metrics: m}
 	h := middleware.Observe(slog.New(slog.DiscardHandler), m)(pol.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-		run.attempts = append(run.attempts, middleware.Attempt(msg.Context()))
+		run.attempts = append(run.attempts, msgctx.Attempt(msg.Context()))
 		run.calls++
 		if run.calls <= len(errs) {
 			return nil, errs[run.calls-1]
@@ -80,7 +81,7 @@ func runPolicy(t *testing.T, p route.Policy, nackDelay bool, meta map[string]str
 	for k, v := range meta {
 		msg.Metadata.Set(k, v)
 	}
-	msg.SetContext(middleware.WithTraceID(context.Background(), "trace-1"))
+	msg.SetContext(msgctx.WithTraceID(context.Background(), "trace-1"))
 	_, run.err = h(msg)
 	run.dlq = pub.published(p.DeadLetterQueue)
 	run.metrics = m

@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/eventpipe/eventpipe/app/metadata"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/telemetry"
 	"github.com/eventpipe/eventpipe/middleware"
 )
@@ -136,7 +137,7 @@ func attrOf(s sdktrace.ReadOnlySpan, key attribute.Key) string {
 // publishFollowUp is the handler of the end-to-end tests: it publishes what a
 // real handler would, a message built from the context it was given.
 func publishFollowUp(msg *message.Message, pub message.Publisher, out string) error {
-	return pub.Publish(out, middleware.NewMessage(msg.Context(), []byte("follow-up")))
+	return pub.Publish(out, msgctx.NewMessage(msg.Context(), []byte("follow-up")))
 }
 
 func TestTracingEndToEnd(t *testing.T) {
@@ -153,8 +154,8 @@ func TestTracingEndToEnd(t *testing.T) {
 		{
 			name: "new trace from a traced publisher, seeded with the correlation id",
 			send: func(t *testing.T, p pipeline) string {
-				id := middleware.NewTraceID()
-				msg := middleware.NewMessage(middleware.WithTraceID(context.Background(), id), []byte("first"))
+				id := msgctx.NewTraceID()
+				msg := msgctx.NewMessage(msgctx.WithTraceID(context.Background(), id), []byte("first"))
 				require.NoError(t, p.pub.Publish(p.in, msg))
 				return id
 			},
@@ -163,7 +164,7 @@ func TestTracingEndToEnd(t *testing.T) {
 		{
 			name: "x-trace-id without traceparent from an untraced publisher",
 			send: func(t *testing.T, p pipeline) string {
-				id := middleware.NewTraceID()
+				id := msgctx.NewTraceID()
 				msg := message.NewMessage(watermill.NewUUID(), []byte("first"))
 				msg.Metadata.Set(metadata.TraceIDKey, id)
 				require.NoError(t, p.raw.Publish(p.in, msg))
@@ -289,7 +290,7 @@ func TestTracingNoopInjectsNothing(t *testing.T) {
 			assert.Same(t, raw, middleware.TracingPublisher(raw, tt.tp), "the publisher is not even wrapped")
 
 			p := startPipeline(t, tt.tp, publishFollowUp)
-			require.NoError(t, p.pub.Publish(p.in, middleware.NewMessage(context.Background(), nil)))
+			require.NoError(t, p.pub.Publish(p.in, msgctx.NewMessage(context.Background(), nil)))
 			followUp := p.receive(t)
 			assert.Empty(t, followUp.Metadata.Get(metadata.TraceparentKey))
 			assert.Empty(t, followUp.Metadata.Get(metadata.TracestateKey))
@@ -447,7 +448,7 @@ func TestTracingPublisher(t *testing.T) {
 				ctxB, b := tp.Tracer("test").Start(context.Background(), "b")
 				a.End()
 				b.End()
-				return []*message.Message{middleware.NewMessage(ctxA, nil), middleware.NewMessage(ctxB, nil)}
+				return []*message.Message{msgctx.NewMessage(ctxA, nil), msgctx.NewMessage(ctxB, nil)}
 			},
 			wantLen: 4,
 			check: func(t *testing.T, msgs []*message.Message, spans []sdktrace.ReadOnlySpan) {

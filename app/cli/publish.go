@@ -14,9 +14,9 @@ import (
 
 	"github.com/eventpipe/eventpipe/app"
 	"github.com/eventpipe/eventpipe/app/metadata"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/topology"
-	"github.com/eventpipe/eventpipe/middleware"
 )
 
 // publishConnectTimeout bounds how long publish waits for an unreachable
@@ -87,7 +87,7 @@ that route would reject is refused and nothing is sent. --raw skips the check
 			}
 			msg.UUID = id
 			if msg.Metadata.Get(metadata.TraceIDKey) == "" {
-				msg.Metadata.Set(metadata.TraceIDKey, middleware.NewTraceID())
+				msg.Metadata.Set(metadata.TraceIDKey, msgctx.NewTraceID())
 			}
 			if cfg.Serve.ConnectTimeout == 0 {
 				cfg.Serve.ConnectTimeout = publishConnectTimeout

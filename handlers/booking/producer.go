@@ -16,7 +16,7 @@ import (
 
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/metadata"
-	"github.com/eventpipe/eventpipe/middleware"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 )
 
 // Producer is the single entry path both transports use: it derives the
@@ -59,7 +59,7 @@ func (p Producer) Enqueue(ctx context.Context, transport string, ev Event) (Even
 		return Event{}, err
 	}
 	msg.Metadata.Set(TransportKey, transport)
-	if tid := middleware.TraceID(ctx); tid != "" {
+	if tid := msgctx.TraceID(ctx); tid != "" {
 		msg.Metadata.Set(metadata.TraceIDKey, tid)
 	}
 	msg.SetContext(ctx)

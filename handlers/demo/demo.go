@@ -17,8 +17,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/eventpipe/eventpipe/app/metadata"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/route"
-	"github.com/eventpipe/eventpipe/middleware"
 )
 
 // Queues of the demo.
@@ -91,7 +91,7 @@ func (h Handlers) greet(msg *message.Message) error {
 	ctx := msg.Context()
 	h.Logger.InfoContext(ctx, "greeting handled",
 		slog.String("message_id", msg.UUID),
-		slog.String("trace_id", middleware.TraceID(ctx)),
+		slog.String("trace_id", msgctx.TraceID(ctx)),
 		slog.String("queue", GreetingsQueue),
 		slog.String("name", g.Name))
 
@@ -99,7 +99,7 @@ func (h Handlers) greet(msg *message.Message) error {
 	if err != nil {
 		return err
 	}
-	if err := h.Publisher.Publish(GreetedQueue, middleware.NewMessage(ctx, body)); err != nil {
+	if err := h.Publisher.Publish(GreetedQueue, msgctx.NewMessage(ctx, body)); err != nil {
 		return fmt.Errorf("publish %s: %w", GreetedQueue, err)
 	}
 	return nil
@@ -124,7 +124,7 @@ func (h Handlers) greeted(msg *message.Message) error {
 	ctx := msg.Context()
 	h.Logger.InfoContext(ctx, "greeted",
 		slog.String("message_id", msg.UUID),
-		slog.String("trace_id", middleware.TraceID(ctx)),
+		slog.String("trace_id", msgctx.TraceID(ctx)),
 		slog.String("queue", GreetedQueue),
 		slog.String("text", g.Text))
 	return nil
@@ -139,7 +139,7 @@ func Produce(ctx context.Context, pub message.Publisher, interval time.Duration,
 	defer t.Stop()
 	for i := 0; ; i++ {
 		body, _ := json.Marshal(Greeting{Name: names[i%len(names)]})
-		msg := middleware.NewMessage(middleware.WithTraceID(ctx, middleware.NewTraceID()), body)
+		msg := msgctx.NewMessage(msgctx.WithTraceID(ctx, msgctx.NewTraceID()), body)
 		if err := pub.Publish(GreetingsQueue, msg); err != nil {
 			logger.WarnContext(ctx, "demo publish failed", slog.String("message_id", msg.UUID), slog.Any("error", err))
 		} else {

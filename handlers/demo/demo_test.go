@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventpipe/eventpipe/app/metadata"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/handlers/demo"
-	"github.com/eventpipe/eventpipe/middleware"
 )
 
 func TestValidateGreeting(t *testing.T) {
@@ -60,7 +60,7 @@ func TestGreetPublishesGreetedWithTrace(t *testing.T) {
 	require.NoError(t, err)
 
 	in := message.NewMessage(watermill.NewUUID(), []byte(`{"name":" Ada ","extra":true}`))
-	in.SetContext(middleware.WithTraceID(context.Background(), "trace-7"))
+	in.SetContext(msgctx.WithTraceID(context.Background(), "trace-7"))
 	require.NoError(t, greet.Handle(in))
 
 	bad := message.NewMessage(watermill.NewUUID(), []byte(`{"name":""}`))

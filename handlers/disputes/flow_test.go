@@ -24,11 +24,11 @@ import (
 	"github.com/eventpipe/eventpipe/app/dbtx/dbtest"
 	"github.com/eventpipe/eventpipe/app/inbox"
 	"github.com/eventpipe/eventpipe/app/metadata"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/outbox"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/testbrokers"
 	"github.com/eventpipe/eventpipe/handlers/disputes"
-	"github.com/eventpipe/eventpipe/middleware"
 )
 
 func TestSpecOnEveryBroker(t *testing.T) {
@@ -159,7 +159,7 @@ func newFlow(t *testing.T, b testbrokers.Kind) *flow {
 
 func testProducedToEffect(t *testing.T, b testbrokers.Kind) {
 	f := newFlow(t, b)
-	ctx := middleware.WithTraceID(context.Background(), "4bf92f3577b34da6a3ce929d0e0e4736")
+	ctx := msgctx.WithTraceID(context.Background(), "4bf92f3577b34da6a3ce929d0e0e4736")
 	raised := time.Date(2026, 11, 12, 9, 14, 3, 512e6, time.UTC)
 	upi := disputes.Dispute{ID: disputes.NewDisputeID(), TxnID: "txn_upi", ReasonCode: disputes.ReasonFailedButDebited, Rail: disputes.RailUPI, RaisedAt: raised}
 	upiEvent, err := f.store.RaiseDispute(ctx, upi)

@@ -10,7 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/eventpipe/eventpipe/app/failure"
-	"github.com/eventpipe/eventpipe/middleware"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 )
 
 // handleInterviewCompleted is the interview-completed consumer
@@ -110,7 +110,7 @@ func (h Handlers) messageLogger(ctx context.Context, msg *message.Message, queue
 	}
 	return h.logger().With(
 		slog.String("message_id", msg.UUID),
-		slog.String("trace_id", middleware.TraceID(ctx)),
+		slog.String("trace_id", msgctx.TraceID(ctx)),
 		slog.String("queue", queue),
 		slog.String("request_id", RequestIDOf(msg)))
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/eventpipe/eventpipe/app/metadata"
-	"github.com/eventpipe/eventpipe/middleware"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 )
 
 type requestIDKey struct{}
@@ -138,7 +138,7 @@ func NewReportGenerateMessage(ctx context.Context, req ReportGenerate) (*message
 	if err != nil {
 		return nil, fmt.Errorf("publish %s: encode: %w", EventReportGenerate, err)
 	}
-	msg := middleware.NewMessage(ctx, body)
+	msg := msgctx.NewMessage(ctx, body)
 	msg.UUID = reportGenerateMessageID(req.InterviewID)
 	msg.Metadata.Set(RequestIDKey, settlementRequestIDPrefix+req.InterviewID)
 	msg.Metadata.Set(EventTypeKey, EventReportGenerate)
@@ -151,7 +151,7 @@ func (p Producer) publish(ctx context.Context, queue, eventType, requestID strin
 			slog.String("event_type", eventType), slog.String("request_id", requestID))
 		return "", nil
 	}
-	msg := middleware.NewMessage(ctx, body)
+	msg := msgctx.NewMessage(ctx, body)
 	if id != "" {
 		msg.UUID = id
 	}
@@ -163,7 +163,7 @@ func (p Producer) publish(ctx context.Context, queue, eventType, requestID strin
 		if requestID != unknownRequestID {
 			msg.Metadata.Set(metadata.TraceIDKey, requestID)
 		} else {
-			msg.Metadata.Set(metadata.TraceIDKey, middleware.NewTraceID())
+			msg.Metadata.Set(metadata.TraceIDKey, msgctx.NewTraceID())
 		}
 	}
 	if err := p.Publisher.Publish(queue, msg); err != nil {

@@ -9,8 +9,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/route"
-	"github.com/eventpipe/eventpipe/middleware"
 )
 
 // Handlers is the processor (JoinLinkGenerationProcessor) and what it needs.
@@ -86,14 +86,14 @@ func Catalog() route.Set { return Handlers{}.Routes() }
 func (h Handlers) handle(msg *message.Message) error {
 	ctx := msg.Context()
 	log := h.logger().With(slog.String("message_id", msg.UUID), slog.String("queue", message.SubscribeTopicFromCtx(ctx)),
-		slog.String("trace_id", middleware.TraceID(ctx)))
+		slog.String("trace_id", msgctx.TraceID(ctx)))
 	m, err := Decode(msg.Payload)
 	if err != nil {
 		log.WarnContext(ctx, "join-link event rejected (non-retryable)", slog.Any("error", err))
 		return failure.AsPermanent(err)
 	}
 	log = log.With(slog.Int64("program_session_id", m.Data.ProgramSessionID), slog.String("correlation_id", jsonfields.Truncate(m.CorrelationID, 128)))
-	attempt := middleware.Attempt(ctx)
+	attempt := msgctx.Attempt(ctx)
 	if attempt > MaxRetryAttempts {
 		log.WarnContext(ctx, "join-link event past its retry budget; acknowledged, left to the fallback sweep",
 			slog.Int("attempt", attempt), slog.Int("max_attempts", MaxRetryAttempts))

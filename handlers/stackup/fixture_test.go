@@ -17,6 +17,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/dbtx/dbtest"
 	"github.com/eventpipe/eventpipe/app/inbox"
 	"github.com/eventpipe/eventpipe/app/metadata"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/outbox"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/testbrokers"
@@ -27,7 +28,6 @@ import (
 	"github.com/eventpipe/eventpipe/handlers/stackup/core"
 	"github.com/eventpipe/eventpipe/handlers/stackup/envelope"
 	"github.com/eventpipe/eventpipe/handlers/stackup/realtime"
-	"github.com/eventpipe/eventpipe/middleware"
 )
 
 var stackupTopology = func() topology.Topology {
@@ -290,7 +290,7 @@ func newFixture(t *testing.T, kind string, opts fixtureOptions) *fixture {
 		r.Handle = func(msg *message.Message) error {
 			f.mu.Lock()
 			f.seen[queue] = append(f.seen[queue], delivery{uuid: msg.UUID, metadata: maps.Clone(msg.Metadata), payload: msg.Payload})
-			f.attempts[msg.UUID] = append(f.attempts[msg.UUID], middleware.Attempt(msg.Context()))
+			f.attempts[msg.UUID] = append(f.attempts[msg.UUID], msgctx.Attempt(msg.Context()))
 			f.mu.Unlock()
 			err := handle(msg)
 			if err == nil {

@@ -12,10 +12,10 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/topology"
 	"github.com/eventpipe/eventpipe/handlers/stackup/envelope"
-	"github.com/eventpipe/eventpipe/middleware"
 )
 
 // Delivery is one message that decoded and validated, handed to the handler
@@ -124,7 +124,7 @@ func (c Consumer) handle(msg *message.Message) error {
 	if err != nil {
 		c.Logger.WarnContext(ctx, "stackup message rejected",
 			slog.String("message_id", firstNonEmpty(env.MessageID, msg.UUID)),
-			slog.String("trace_id", firstNonEmpty(env.TraceID, middleware.TraceID(ctx))),
+			slog.String("trace_id", firstNonEmpty(env.TraceID, msgctx.TraceID(ctx))),
 			slog.String("queue", c.Queue),
 			slog.Any("error", err))
 		return err
