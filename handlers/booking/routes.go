@@ -90,6 +90,8 @@ func Catalog() route.Set { return Handlers{}.Routes() }
 // per body eventId — forwarded unchanged, never synthesised.
 func (h Handlers) handle(msg *message.Message) error {
 	ctx := msg.Context()
+	// msgctx.Logger's attributes, but with the id cut: the transport's
+	// message id is whatever the publisher sent, of any length.
 	log := h.logger().With(slog.String("message_id", jsonfields.Truncate(msg.UUID, MaxIDLength)),
 		slog.String("queue", message.SubscribeTopicFromCtx(ctx)), slog.String("trace_id", msgctx.TraceID(ctx)))
 	ev, err := Decode(msg.Payload)

@@ -89,11 +89,7 @@ func (h Handlers) greet(msg *message.Message) error {
 		return err
 	}
 	ctx := msg.Context()
-	h.Logger.InfoContext(ctx, "greeting handled",
-		slog.String("message_id", msg.UUID),
-		slog.String("trace_id", msgctx.TraceID(ctx)),
-		slog.String("queue", GreetingsQueue),
-		slog.String("name", g.Name))
+	msgctx.Logger(ctx, h.Logger, msg).InfoContext(ctx, "greeting handled", slog.String("name", g.Name))
 
 	body, err := json.Marshal(Greeted{Text: "hello, " + strings.TrimSpace(g.Name)})
 	if err != nil {
@@ -122,11 +118,7 @@ func (h Handlers) greeted(msg *message.Message) error {
 		return fmt.Errorf("decode greeted: %w", err)
 	}
 	ctx := msg.Context()
-	h.Logger.InfoContext(ctx, "greeted",
-		slog.String("message_id", msg.UUID),
-		slog.String("trace_id", msgctx.TraceID(ctx)),
-		slog.String("queue", GreetedQueue),
-		slog.String("text", g.Text))
+	msgctx.Logger(ctx, h.Logger, msg).InfoContext(ctx, "greeted", slog.String("text", g.Text))
 	return nil
 }
 

@@ -23,8 +23,7 @@ const Consumer = "events-worker"
 // inside the inbox (once per event_id).
 func (h Handlers) handleDomainEvent(msg *message.Message) error {
 	ctx := msg.Context()
-	log := h.logger().With(slog.String("message_id", msg.UUID), slog.String("queue", message.SubscribeTopicFromCtx(ctx)),
-		slog.String("trace_id", msgctx.TraceID(ctx)))
+	log := msgctx.Logger(ctx, h.Logger, msg)
 	env, ev, err := DecodeEvent(msg.Payload)
 	if err != nil {
 		// §4: "Log with event_id, raise; reaches DLQ after maxReceiveCount".

@@ -25,13 +25,6 @@ type Handlers struct {
 	Now func() time.Time
 }
 
-func (h Handlers) logger() *slog.Logger {
-	if h.Logger != nil {
-		return h.Logger
-	}
-	return slog.New(slog.DiscardHandler)
-}
-
 // DefaultBackoff is join-link-generation's wait between attempts. The spec
 // gives none (SQS's own retry is the visibility timeout, unset in the
 // topology); generation errors are bulkRegister's (Zoom rate limits, the
@@ -85,8 +78,7 @@ func Catalog() route.Set { return Handlers{}.Routes() }
 //     (FAILED, acked; the sweep retries it every 4 h).
 func (h Handlers) handle(msg *message.Message) error {
 	ctx := msg.Context()
-	log := h.logger().With(slog.String("message_id", msg.UUID), slog.String("queue", message.SubscribeTopicFromCtx(ctx)),
-		slog.String("trace_id", msgctx.TraceID(ctx)))
+	log := msgctx.Logger(ctx, h.Logger, msg)
 	m, err := Decode(msg.Payload)
 	if err != nil {
 		log.WarnContext(ctx, "join-link event rejected (non-retryable)", slog.Any("error", err))

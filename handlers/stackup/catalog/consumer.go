@@ -122,6 +122,8 @@ func (c Consumer) handle(msg *message.Message) error {
 		p, err = c.Catalog.DecodePayload(env)
 	}
 	if err != nil {
+		// Not msgctx.Logger: like Delivery.Attrs, the lines about a StackUp
+		// message name it by its envelope's ids whenever it decoded that far.
 		c.Logger.WarnContext(ctx, "stackup message rejected",
 			slog.String("message_id", firstNonEmpty(env.MessageID, msg.UUID)),
 			slog.String("trace_id", firstNonEmpty(env.TraceID, msgctx.TraceID(ctx))),
