@@ -69,9 +69,10 @@ func (e *PayloadTooLargeError) Error() string {
 // CheckPayloads returns a *PayloadTooLargeError for the first message over
 // MaxPayloadBytes. Every adapter calls it before sending anything.
 //
-// Dead letters (metadata.DeadLetterKey set) are exempt: they move what arrived, and an
-// oversized message from a foreign publisher is dead-lettered for being so.
-// A broker with a hard limit of its own (SQS) still refuses them.
+// Dead letters (metadata.DeadLetterKey set) are exempt: they move what
+// arrived, and an oversized message from a foreign publisher is dead-lettered
+// for being so. A broker with a hard limit of its own (SQS) still refuses
+// them.
 func CheckPayloads(msgs []*message.Message) error {
 	for _, m := range msgs {
 		if len(m.Payload) > MaxPayloadBytes && m.Metadata.Get(metadata.DeadLetterKey) == "" {
