@@ -30,9 +30,10 @@ import (
 	"github.com/eventpipe/eventpipe/app/dbtx/dbtest"
 	"github.com/eventpipe/eventpipe/app/failure"
 	"github.com/eventpipe/eventpipe/app/inbox"
+	"github.com/eventpipe/eventpipe/app/metadata"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/testbrokers"
-	"github.com/eventpipe/eventpipe/middleware"
 )
 
 // Environment variables of the crash child process.
@@ -57,7 +58,7 @@ func newEffects() *effects {
 func (e *effects) attempt(msg *message.Message) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.attempts[msg.UUID] = append(e.attempts[msg.UUID], middleware.Attempt(msg.Context()))
+	e.attempts[msg.UUID] = append(e.attempts[msg.UUID], msgctx.Attempt(msg.Context()))
 	e.notify()
 }
 
@@ -183,7 +184,7 @@ func (f *fixture) route(policy route.Policy, handle func(msg *message.Message) e
 
 func newTracedMessage(payload string) *message.Message {
 	msg := message.NewMessage(watermill.NewUUID(), []byte(payload))
-	msg.Metadata.Set(middleware.TraceIDKey, middleware.NewTraceID())
+	msg.Metadata.Set(metadata.TraceIDKey, msgctx.NewTraceID())
 	return msg
 }
 
@@ -194,15 +195,15 @@ func (f *fixture) expectDeadLetter(t *testing.T, b testbrokers.Kind, msg *messag
 	dl.Ack()
 	assert.Equal(t, msg.UUID, dl.UUID, "the dead letter keeps the message id")
 	assert.Equal(t, string(msg.Payload), string(dl.Payload))
-	info, ok, err := broker.DeadLetterOf(dl)
+	info, ok, err := metadata.DeadLetterOf(dl)
 	require.NoError(t, err)
 	require.True(t, ok, "dead letter without its history: %v", dl.Metadata)
 	assert.Equal(t, class, info.Class)
 	assert.Equal(t, attempts, info.Attempts)
 	assert.Contains(t, info.Reason, reason)
 	assert.Equal(t, f.queue, info.SourceQueue)
-	assert.Equal(t, msg.Metadata.Get(middleware.TraceIDKey), info.TraceID)
-	assert.Equal(t, msg.Metadata.Get(middleware.TraceIDKey), dl.Metadata.Get(middleware.TraceIDKey))
+	assert.Equal(t, msg.Metadata.Get(metadata.TraceIDKey), info.TraceID)
+	assert.Equal(t, msg.Metadata.Get(metadata.TraceIDKey), dl.Metadata.Get(metadata.TraceIDKey))
 	assert.False(t, info.FirstFailureAt.After(info.LastFailureAt), "first failure %s after last %s", info.FirstFailureAt, info.LastFailureAt)
 	assert.WithinDuration(t, time.Now(), info.DeadLetteredAt, time.Minute)
 }
@@ -211,7 +212,7 @@ func testTransientThenSuccess(t *testing.T, b testbrokers.Kind, redelivery route
 	f := newFixture(t, b)
 	msg := newTracedMessage(`{"n":1}`)
 	startRoute(t, f.ps, f.route(testPolicy(redelivery, route.DeadLetter, f.dlq), func(m *message.Message) error {
-		if middleware.Attempt(m.Context()) < 3 {
+		if msgctx.Attempt(m.Context()) < 3 {
 			return errDatabaseRestarting
 		}
 		f.effects.effect(m.UUID)
@@ -465,7 +466,7 @@ func TestOversizedForeignMessageIsDeadLettered(t *testing.T) {
 	dl.Ack()
 	assert.Equal(t, "huge-1", dl.UUID)
 	assert.Len(t, dl.Payload, broker.MaxPayloadBytes+1, "the dead letter keeps what arrived")
-	info, ok, err := broker.DeadLetterOf(dl)
+	info, ok, err := metadata.DeadLetterOf(dl)
 	require.NoError(t, err)
 	require.True(t, ok)
 	assert.Contains(t, info.Reason, "exceeds")

@@ -9,7 +9,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
 // DeadLetterView is what `eventpipe dlq peek` shows of one dead letter.
@@ -18,8 +18,8 @@ type DeadLetterView struct {
 	Size int    `json:"size"`
 	// History is nil for a message the broker dead-lettered on its own (a
 	// redrive policy or delivery limit), which carries none.
-	History  *broker.DeadLetter `json:"history,omitempty"`
-	Metadata map[string]string  `json:"metadata"`
+	History  *metadata.DeadLetter `json:"history,omitempty"`
+	Metadata map[string]string    `json:"metadata"`
 }
 
 // PeekDeadLetters returns up to max messages of the dead-letter queue dlq
@@ -46,9 +46,9 @@ func PeekDeadLetters(ctx context.Context, sub message.Subscriber, dlq string, ma
 		}
 		seen[msg.UUID] = true
 		view := DeadLetterView{ID: msg.UUID, Size: len(msg.Payload), Metadata: maps.Clone(map[string]string(msg.Metadata))}
-		if info, ok, err := broker.DeadLetterOf(msg); err == nil && ok {
+		if info, ok, err := metadata.DeadLetterOf(msg); err == nil && ok {
 			view.History = &info
-			delete(view.Metadata, broker.DeadLetterKey)
+			delete(view.Metadata, metadata.DeadLetterKey)
 		}
 		views = append(views, view)
 	}
@@ -83,7 +83,7 @@ func RedriveDeadLetters(ctx context.Context, sub message.Subscriber, pub message
 		}
 		target := to
 		if target == "" {
-			info, ok, err := broker.DeadLetterOf(msg)
+			info, ok, err := metadata.DeadLetterOf(msg)
 			if err != nil || !ok || info.SourceQueue == "" {
 				msg.Nack()
 				return done, fmt.Errorf("message %s has no dead-letter history naming its source queue: redrive it with --to", msg.UUID)
@@ -93,7 +93,7 @@ func RedriveDeadLetters(ctx context.Context, sub message.Subscriber, pub message
 		again := message.NewMessage(msg.UUID, msg.Payload)
 		for k, v := range msg.Metadata {
 			switch k {
-			case broker.DeadLetterKey, broker.AttemptKey, broker.FirstFailureKey, broker.NackDelayKey:
+			case metadata.DeadLetterKey, metadata.AttemptKey, metadata.FirstFailureKey, metadata.NackDelayKey:
 			default:
 				again.Metadata.Set(k, v)
 			}

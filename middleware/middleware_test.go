@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/metadata"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/middleware"
 )
@@ -23,20 +25,20 @@ import (
 func TestCorrelationKeepsIncomingTraceID(t *testing.T) {
 	t.Parallel()
 	in := message.NewMessage(watermill.NewUUID(), nil)
-	in.Metadata.Set(middleware.TraceIDKey, "trace-from-upstream")
+	in.Metadata.Set(metadata.TraceIDKey, "trace-from-upstream")
 
 	var seen string
 	produced, err := middleware.Correlation(func(msg *message.Message) ([]*message.Message, error) {
-		seen = middleware.TraceID(msg.Context())
+		seen = msgctx.TraceID(msg.Context())
 		return []*message.Message{
 			message.NewMessage(watermill.NewUUID(), nil),
-			middleware.NewMessage(msg.Context(), nil),
+			msgctx.NewMessage(msg.Context(), nil),
 		}, nil
 	})(in)
 	require.NoError(t, err)
 	assert.Equal(t, "trace-from-upstream", seen)
 	for _, p := range produced {
-		assert.Equal(t, "trace-from-upstream", p.Metadata.Get(middleware.TraceIDKey))
+		assert.Equal(t, "trace-from-upstream", p.Metadata.Get(metadata.TraceIDKey))
 	}
 }
 
@@ -45,24 +47,12 @@ func TestCorrelationGivesATraceIDToMessagesWithout(t *testing.T) {
 	in := message.NewMessage(watermill.NewUUID(), nil)
 	var seen string
 	_, err := middleware.Correlation(func(msg *message.Message) ([]*message.Message, error) {
-		seen = middleware.TraceID(msg.Context())
+		seen = msgctx.TraceID(msg.Context())
 		return nil, nil
 	})(in)
 	require.NoError(t, err)
 	assert.Regexp(t, regexp.MustCompile(`^[0-9a-f]{32}$`), seen)
-	assert.Equal(t, seen, in.Metadata.Get(middleware.TraceIDKey))
-}
-
-func TestNewMessageContinuesTrace(t *testing.T) {
-	t.Parallel()
-	ctx := middleware.WithTraceID(context.Background(), "t-1")
-	msg := middleware.NewMessage(ctx, []byte("x"))
-	assert.Equal(t, "t-1", msg.Metadata.Get(middleware.TraceIDKey))
-	assert.Equal(t, "t-1", middleware.TraceID(msg.Context()))
-	assert.NotEmpty(t, msg.UUID)
-
-	bare := middleware.NewMessage(context.Background(), nil)
-	assert.Empty(t, bare.Metadata.Get(middleware.TraceIDKey))
+	assert.Equal(t, seen, in.Metadata.Get(metadata.TraceIDKey))
 }
 
 // withRoute stands for the router, which puts the queue and handler names in

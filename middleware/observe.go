@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 )
 
 // Metrics are the per-queue message counters and the handler latency that
@@ -85,7 +86,7 @@ func Observe(logger *slog.Logger, m *Metrics) message.HandlerMiddleware {
 			m.Duration.With(labels).Observe(elapsed.Seconds())
 			attrs := []slog.Attr{
 				slog.String("message_id", msg.UUID),
-				slog.String("trace_id", TraceID(msg.Context())),
+				slog.String("trace_id", msgctx.TraceID(msg.Context())),
 				slog.String("queue", labels["queue"]),
 				slog.String("handler", labels["handler"]),
 				slog.Duration("took", elapsed),

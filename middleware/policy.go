@@ -14,22 +14,14 @@ import (
 
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/metadata"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/route"
 )
 
 // MaxReasonBytes bounds the reason a dead letter carries: enough for an
 // error chain, small against SQS's attribute budget.
 const MaxReasonBytes = 1024
-
-type attemptKey struct{}
-
-// Attempt returns the 1-based number of the attempt being handled in ctx:
-// earlier deliveries (x-attempt) plus this delivery's in-process attempts.
-// It is 0 outside a handler run by Policy.
-func Attempt(ctx context.Context) int {
-	n, _ := ctx.Value(attemptKey{}).(int)
-	return n
-}
 
 // Policy applies a route's failure policy (route.Policy) to every message:
 // it retries, redelivers, drops or dead-letters, the same way on every broker.
@@ -53,7 +45,7 @@ type Policy struct {
 	// Publisher publishes dead letters to Route.DeadLetterQueue.
 	Publisher message.Publisher
 	// NackDelay says the broker delays a nacked message by its
-	// broker.NackDelayKey (broker.NackDelayer). Otherwise the backoff before
+	// metadata.NackDelayKey (broker.NackDelayer). Otherwise the backoff before
 	// a broker redelivery is waited here, before the nack.
 	NackDelay bool
 	Logger    *slog.Logger
@@ -67,7 +59,7 @@ func (p Policy) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		// may have cancelled a context derived from it.
 		ctx := msg.Context()
 		earlier := earlierAttempts(msg)
-		firstFailure := parseTime(msg.Metadata.Get(broker.FirstFailureKey))
+		firstFailure := parseTime(msg.Metadata.Get(metadata.FirstFailureKey))
 
 		if n := len(msg.Payload); n > broker.MaxPayloadBytes {
 			// A foreign publisher's message over the one size limit: no
@@ -81,7 +73,7 @@ func (p Policy) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		}
 		for try := 1; ; try++ {
 			attempt := earlier + try
-			msg.SetContext(context.WithValue(ctx, attemptKey{}, attempt))
+			msg.SetContext(msgctx.WithAttempt(ctx, attempt))
 			produced, err := h(msg)
 			msg.SetContext(ctx)
 			if err == nil {
@@ -112,9 +104,9 @@ func (p Policy) Middleware(h message.HandlerFunc) message.HandlerFunc {
 
 			wait := max(p.jittered(p.Route.Backoff.Wait(attempt)), failure.RetryAfter(err))
 			if p.Route.Redelivery == route.Broker {
-				msg.Metadata.Set(broker.FirstFailureKey, firstFailure.Format(time.RFC3339Nano))
+				msg.Metadata.Set(metadata.FirstFailureKey, firstFailure.Format(time.RFC3339Nano))
 				if p.NackDelay {
-					msg.Metadata.Set(broker.NackDelayKey, wait.String())
+					msg.Metadata.Set(metadata.NackDelayKey, wait.String())
 				} else if !sleep(ctx, wait) {
 					return nil, err
 				}
@@ -154,14 +146,14 @@ func (p Policy) deadLetter(ctx context.Context, msg *message.Message, attempts i
 	dl := message.NewMessage(msg.UUID, msg.Payload)
 	for k, v := range msg.Metadata {
 		switch k {
-		case broker.AttemptKey, broker.NackDelayKey, broker.FirstFailureKey, broker.DeadLetterKey, TracestateKey:
+		case metadata.AttemptKey, metadata.NackDelayKey, metadata.FirstFailureKey, metadata.DeadLetterKey, metadata.TracestateKey:
 			// The DLQ's adapter counts its own attempts; the history is in
 			// DeadLetterKey; tracestate would cost an SQS attribute.
 		default:
 			dl.Metadata.Set(k, v)
 		}
 	}
-	broker.SetDeadLetter(dl, broker.DeadLetter{
+	metadata.SetDeadLetter(dl, metadata.DeadLetter{
 		Reason:         truncateUTF8(cause.Error(), MaxReasonBytes),
 		Class:          class.String(),
 		Attempts:       attempts,
@@ -169,10 +161,10 @@ func (p Policy) deadLetter(ctx context.Context, msg *message.Message, attempts i
 		LastFailureAt:  now,
 		SourceQueue:    message.SubscribeTopicFromCtx(ctx),
 		DeadLetteredAt: now,
-		TraceID:        TraceID(ctx),
+		TraceID:        msgctx.TraceID(ctx),
 	})
-	if id := TraceID(ctx); id != "" {
-		dl.Metadata.Set(TraceIDKey, id)
+	if id := msgctx.TraceID(ctx); id != "" {
+		dl.Metadata.Set(metadata.TraceIDKey, id)
 	}
 	dl.SetContext(ctx)
 	if err := p.Publisher.Publish(p.Route.DeadLetterQueue, dl); err != nil {
@@ -193,7 +185,7 @@ func (p Policy) jittered(d time.Duration) time.Duration {
 
 // earlierAttempts reads x-attempt, which every adapter sets on delivery.
 func earlierAttempts(msg *message.Message) int {
-	n, err := strconv.Atoi(msg.Metadata.Get(broker.AttemptKey))
+	n, err := strconv.Atoi(msg.Metadata.Get(metadata.AttemptKey))
 	if err != nil || n < 0 {
 		return 0
 	}
@@ -237,7 +229,7 @@ func messageAttrs(msg *message.Message) []slog.Attr {
 	ctx := msg.Context()
 	return []slog.Attr{
 		slog.String("message_id", msg.UUID),
-		slog.String("trace_id", TraceID(ctx)),
+		slog.String("trace_id", msgctx.TraceID(ctx)),
 		slog.String("queue", message.SubscribeTopicFromCtx(ctx)),
 		slog.String("handler", message.HandlerNameFromCtx(ctx)),
 	}

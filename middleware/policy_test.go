@@ -18,6 +18,8 @@ import (
 
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/metadata"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/middleware"
 )
@@ -68,7 +70,7 @@ func runPolicy(t *testing.T, p route.Policy, nackDelay bool, meta map[string]str
 	var run policyRun
 	pol := middleware.Policy{Route: p, Publisher: pub, NackDelay: nackDelay, Logger: slog.New(slog.DiscardHandler), Metrics: m}
 	h := middleware.Observe(slog.New(slog.DiscardHandler), m)(pol.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-		run.attempts = append(run.attempts, middleware.Attempt(msg.Context()))
+		run.attempts = append(run.attempts, msgctx.Attempt(msg.Context()))
 		run.calls++
 		if run.calls <= len(errs) {
 			return nil, errs[run.calls-1]
@@ -79,7 +81,7 @@ func runPolicy(t *testing.T, p route.Policy, nackDelay bool, meta map[string]str
 	for k, v := range meta {
 		msg.Metadata.Set(k, v)
 	}
-	msg.SetContext(middleware.WithTraceID(context.Background(), "trace-1"))
+	msg.SetContext(msgctx.WithTraceID(context.Background(), "trace-1"))
 	_, run.err = h(msg)
 	run.dlq = pub.published(p.DeadLetterQueue)
 	run.metrics = m
@@ -117,7 +119,7 @@ func TestPolicyInProcess(t *testing.T) {
 			wantAttempts: []int{1, 2, 3},
 		},
 		"earlier deliveries count": {
-			onPermanent: route.DeadLetter, meta: map[string]string{broker.AttemptKey: "1"}, errs: []error{errTransient},
+			onPermanent: route.DeadLetter, meta: map[string]string{metadata.AttemptKey: "1"}, errs: []error{errTransient},
 			wantAttempts: []int{2, 3},
 		},
 		"transient forever": {
@@ -137,11 +139,11 @@ func TestPolicyInProcess(t *testing.T) {
 			wantAttempts: []int{1, 2, 3}, wantDLQClass: "permanent",
 		},
 		"poison: attempts used up by crashed consumers": {
-			onPermanent: route.DeadLetter, meta: map[string]string{broker.AttemptKey: "3"},
+			onPermanent: route.DeadLetter, meta: map[string]string{metadata.AttemptKey: "3"},
 			wantAttempts: nil, wantDLQClass: "transient",
 		},
 		"a publisher's failure times are not a reason to fail": {
-			onPermanent: route.DeadLetter, meta: map[string]string{broker.FirstFailureKey: "garbage"},
+			onPermanent: route.DeadLetter, meta: map[string]string{metadata.FirstFailureKey: "garbage"},
 			wantAttempts: []int{1},
 		},
 	}
@@ -160,16 +162,16 @@ func TestPolicyInProcess(t *testing.T) {
 			dl := run.dlq[0]
 			assert.Equal(t, "msg-1", dl.UUID, "the dead letter keeps the message id")
 			assert.JSONEq(t, `{"n":1}`, string(dl.Payload))
-			info, ok, err := broker.DeadLetterOf(dl)
+			info, ok, err := metadata.DeadLetterOf(dl)
 			require.NoError(t, err)
 			require.True(t, ok)
 			assert.Equal(t, c.wantDLQClass, info.Class)
 			assert.NotEmpty(t, info.Reason)
-			earlier, _ := strconv.Atoi(c.meta[broker.AttemptKey])
+			earlier, _ := strconv.Atoi(c.meta[metadata.AttemptKey])
 			assert.Equal(t, earlier+len(c.wantAttempts), info.Attempts)
 			assert.Equal(t, "trace-1", info.TraceID)
-			assert.Equal(t, "trace-1", dl.Metadata.Get(middleware.TraceIDKey))
-			assert.Empty(t, dl.Metadata.Get(broker.AttemptKey), "the DLQ's adapter sets its own")
+			assert.Equal(t, "trace-1", dl.Metadata.Get(metadata.TraceIDKey))
+			assert.Empty(t, dl.Metadata.Get(metadata.AttemptKey), "the DLQ's adapter sets its own")
 			for _, ts := range []time.Time{info.FirstFailureAt, info.LastFailureAt, info.DeadLetteredAt} {
 				assert.WithinDuration(t, time.Now(), ts, time.Minute)
 			}
@@ -182,18 +184,18 @@ func TestPolicyDeadLetterCarriesTheHistory(t *testing.T) {
 	t.Parallel()
 	first := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
 	run := runPolicy(t, policyFor(route.Broker, route.DeadLetter), true,
-		map[string]string{broker.AttemptKey: "2", broker.FirstFailureKey: first.Format(time.RFC3339Nano), "x-custom": "kept"},
+		map[string]string{metadata.AttemptKey: "2", metadata.FirstFailureKey: first.Format(time.RFC3339Nano), "x-custom": "kept"},
 		errors.New(strings.Repeat("é", middleware.MaxReasonBytes)))
 	require.NoError(t, run.err)
 	require.Len(t, run.dlq, 1)
 	dl := run.dlq[0]
-	info, ok, err := broker.DeadLetterOf(dl)
+	info, ok, err := metadata.DeadLetterOf(dl)
 	require.NoError(t, err)
 	require.True(t, ok)
 	assert.Equal(t, 3, info.Attempts)
 	assert.Equal(t, first, info.FirstFailureAt)
 	assert.Equal(t, "kept", dl.Metadata.Get("x-custom"))
-	assert.Empty(t, dl.Metadata.Get(broker.FirstFailureKey), "in the history, not a key of its own")
+	assert.Empty(t, dl.Metadata.Get(metadata.FirstFailureKey), "in the history, not a key of its own")
 	assert.LessOrEqual(t, len(info.Reason), middleware.MaxReasonBytes)
 	assert.True(t, strings.HasPrefix(info.Reason, "éé"), "cut on a character boundary: %q", info.Reason[:8])
 	assert.NotContains(t, info.Reason, "\uFFFD")
@@ -205,11 +207,11 @@ func TestPolicyBrokerRedelivery(t *testing.T) {
 		t.Parallel()
 		p := policyFor(route.Broker, route.DeadLetter)
 		p.Backoff = route.Backoff{Initial: 10 * time.Second, Multiplier: 2, Max: time.Minute}
-		run := runPolicy(t, p, true, map[string]string{broker.AttemptKey: "1"}, errTransient)
+		run := runPolicy(t, p, true, map[string]string{metadata.AttemptKey: "1"}, errTransient)
 		require.ErrorIs(t, run.err, errTransient, "nacked")
 		assert.Equal(t, []int{2}, run.attempts, "one attempt per delivery")
-		assert.Equal(t, 20*time.Second, broker.NackDelay(run.msg), "backoff after attempt 2")
-		assert.NotEmpty(t, run.msg.Metadata.Get(broker.FirstFailureKey))
+		assert.Equal(t, 20*time.Second, metadata.NackDelay(run.msg), "backoff after attempt 2")
+		assert.NotEmpty(t, run.msg.Metadata.Get(metadata.FirstFailureKey))
 		assert.Empty(t, run.dlq)
 	})
 	t.Run("without a native delay the backoff is waited before the nack", func(t *testing.T) {
@@ -220,18 +222,18 @@ func TestPolicyBrokerRedelivery(t *testing.T) {
 		run := runPolicy(t, p, false, nil, errTransient)
 		require.ErrorIs(t, run.err, errTransient)
 		assert.GreaterOrEqual(t, time.Since(start), 50*time.Millisecond)
-		assert.Zero(t, broker.NackDelay(run.msg))
+		assert.Zero(t, metadata.NackDelay(run.msg))
 	})
 	t.Run("the last attempt dead-letters", func(t *testing.T) {
 		t.Parallel()
-		run := runPolicy(t, policyFor(route.Broker, route.DeadLetter), true, map[string]string{broker.AttemptKey: "2"}, errTransient)
+		run := runPolicy(t, policyFor(route.Broker, route.DeadLetter), true, map[string]string{metadata.AttemptKey: "2"}, errTransient)
 		require.NoError(t, run.err)
 		assert.Len(t, run.dlq, 1)
 	})
 	t.Run("a retry-after longer than the backoff wins", func(t *testing.T) {
 		t.Parallel()
 		run := runPolicy(t, policyFor(route.Broker, route.DeadLetter), true, nil, failure.AsTransient(errors.New("429"), 7*time.Second))
-		assert.Equal(t, 7*time.Second, broker.NackDelay(run.msg))
+		assert.Equal(t, 7*time.Second, metadata.NackDelay(run.msg))
 	})
 }
 
@@ -268,7 +270,7 @@ func TestPolicyDeadLettersOversizedPayloads(t *testing.T) {
 	assert.False(t, called, "no handler sees it")
 	dl := pub.published("work-dlq")
 	require.Len(t, dl, 1)
-	info, ok, err := broker.DeadLetterOf(dl[0])
+	info, ok, err := metadata.DeadLetterOf(dl[0])
 	require.NoError(t, err)
 	require.True(t, ok)
 	assert.Contains(t, info.Reason, "exceeds")

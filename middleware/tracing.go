@@ -12,14 +12,8 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/eventpipe/eventpipe/app/failure"
-)
-
-// The metadata keys of the W3C trace context. They travel like TraceIDKey:
-// as AMQP headers, SQS message attributes or Postgres metadata fields, which
-// is what makes propagation work on every broker without adapter code.
-const (
-	TraceparentKey = "traceparent"
-	TracestateKey  = "tracestate"
+	"github.com/eventpipe/eventpipe/app/metadata"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 )
 
 // TracerName is the instrumentation scope of the spans this package starts.
@@ -58,18 +52,18 @@ func isNoop(tp trace.TracerProvider) bool {
 // metadata.
 //
 // The span goes into the message's context, so whatever the handler publishes
-// through a TracingPublisher (with NewMessage) continues the trace; every
-// message the handler returns gets a traceparent too, so the trace continues
-// even through an untraced publisher.
+// through a TracingPublisher (with msgctx.NewMessage) continues the trace;
+// every message the handler returns gets a traceparent too, so the trace
+// continues even through an untraced publisher.
 //
-// A message without a traceparent whose x-trace-id (TraceIDKey) is a valid
-// W3C trace id starts a trace with that id, so a log line's trace_id finds
-// the trace. That takes a provider whose ID generator gives a new trace the
-// trace id in its context (TraceID), as app/telemetry's does: the span is
-// then a genuine root. A made-up remote parent (that trace id with a random
-// parent span id) would need no such provider, but that parent is never
-// exported, so backends would show every such trace with a missing root, and
-// its sampled flag would override the sampling ratio.
+// A message without a traceparent whose x-trace-id (metadata.TraceIDKey) is a
+// valid W3C trace id starts a trace with that id, so a log line's trace_id
+// finds the trace. That takes a provider whose ID generator gives a new trace
+// the trace id in its context (msgctx.TraceID), as app/telemetry's does: the
+// span is then a genuine root. A made-up remote parent (that trace id with a
+// random parent span id) would need no such provider, but that parent is
+// never exported, so backends would show every such trace with a missing
+// root, and its sampled flag would override the sampling ratio.
 //
 // A failed handler's span records the error and the status Error. One span
 // covers a delivery, in-process retries included, when Tracing runs outside
@@ -130,9 +124,9 @@ func Tracing(tp trace.TracerProvider) message.HandlerMiddleware {
 }
 
 // continueTrace makes a message the handler returned part of the handler's
-// trace. A message built from the handler's context (NewMessage) already is;
-// one built from scratch gets the handler span as its context, so a
-// TracingPublisher parents its producer span on it. Either way the message
+// trace. A message built from the handler's context (msgctx.NewMessage)
+// already is; one built from scratch gets the handler span as its context, so
+// a TracingPublisher parents its producer span on it. Either way the message
 // gets a traceparent unless it has one, so an untraced publisher still
 // carries the trace; a TracingPublisher replaces that traceparent with its
 // producer span's, because it only restates the message's context.
@@ -142,7 +136,7 @@ func continueTrace(p *message.Message, handlerSpan trace.SpanContext) {
 		ctx = trace.ContextWithSpanContext(ctx, handlerSpan)
 		p.SetContext(ctx)
 	}
-	if p.Metadata.Get(TraceparentKey) != "" {
+	if p.Metadata.Get(metadata.TraceparentKey) != "" {
 		return
 	}
 	inject(ctx, p)
@@ -150,7 +144,7 @@ func continueTrace(p *message.Message, handlerSpan trace.SpanContext) {
 
 // TracingPublisher returns pub wrapped so that every published message gets a
 // producer span named "<topic> publish" and carries its W3C trace context in
-// its metadata (TraceparentKey, TracestateKey).
+// its metadata (metadata.TraceparentKey, metadata.TracestateKey).
 //
 // There is one span per message, not per Publish call: each message carries
 // its own context, so the messages of one call may belong to different
@@ -159,8 +153,8 @@ func continueTrace(p *message.Message, handlerSpan trace.SpanContext) {
 //
 // A span's parent is the span in the message's context. Without one, it is
 // the traceparent the message already carries; without that, a new trace
-// starts, seeded with the message's trace id (TraceID of its context, else
-// its x-trace-id metadata) when the provider's ID generator honours it.
+// starts, seeded with the message's trace id (msgctx.TraceID of its context,
+// else its x-trace-id metadata) when the provider's ID generator honours it.
 //
 // A traceparent the caller set explicitly is left as it is: the producer span
 // is still recorded, as its child. A traceparent that points at the span of
@@ -208,7 +202,7 @@ func (p *tracingPublisher) start(topic string, msg *message.Message) trace.Span 
 	ctx := msg.Context()
 	own := trace.SpanContextFromContext(ctx)
 	explicit := false
-	if tp := msg.Metadata.Get(TraceparentKey); tp != "" {
+	if tp := msg.Metadata.Get(metadata.TraceparentKey); tp != "" {
 		carried := trace.SpanContextFromContext(traceContext.Extract(context.Background(), propagation.MapCarrier(msg.Metadata)))
 		explicit = carried.IsValid() && (carried.TraceID() != own.TraceID() || carried.SpanID() != own.SpanID())
 		if explicit && !own.IsValid() {
@@ -244,8 +238,8 @@ func inject(ctx context.Context, msg *message.Message) {
 	if msg.Metadata == nil {
 		msg.Metadata = make(message.Metadata)
 	}
-	delete(msg.Metadata, TraceparentKey)
-	delete(msg.Metadata, TracestateKey)
+	delete(msg.Metadata, metadata.TraceparentKey)
+	delete(msg.Metadata, metadata.TracestateKey)
 	traceContext.Inject(ctx, propagation.MapCarrier(msg.Metadata))
 }
 
@@ -261,11 +255,11 @@ func inject(ctx context.Context, msg *message.Message) {
 // price: with a provider whose generator ignores it, the span gets a random
 // trace id (it is still correct, only not findable by the log's trace_id).
 func seedTraceID(ctx context.Context, md message.Metadata) context.Context {
-	if TraceID(ctx) != "" {
+	if msgctx.TraceID(ctx) != "" {
 		return ctx
 	}
-	if id := md.Get(TraceIDKey); validTraceID(id) {
-		return WithTraceID(ctx, id)
+	if id := md.Get(metadata.TraceIDKey); validTraceID(id) {
+		return msgctx.WithTraceID(ctx, id)
 	}
 	return ctx
 }
@@ -273,10 +267,10 @@ func seedTraceID(ctx context.Context, md message.Metadata) context.Context {
 // correlationID is the message's trace id as the logs show it: the one in
 // ctx (Correlation put it there) or, without Correlation, its metadata's.
 func correlationID(ctx context.Context, md message.Metadata) string {
-	if id := TraceID(ctx); id != "" {
+	if id := msgctx.TraceID(ctx); id != "" {
 		return id
 	}
-	return md.Get(TraceIDKey)
+	return md.Get(metadata.TraceIDKey)
 }
 
 // validTraceID reports whether id is a W3C trace id: 32 lowercase hex

@@ -21,6 +21,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/eventpipe/eventpipe/app/metadata"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/telemetry"
 	"github.com/eventpipe/eventpipe/middleware"
 )
@@ -135,7 +137,7 @@ func attrOf(s sdktrace.ReadOnlySpan, key attribute.Key) string {
 // publishFollowUp is the handler of the end-to-end tests: it publishes what a
 // real handler would, a message built from the context it was given.
 func publishFollowUp(msg *message.Message, pub message.Publisher, out string) error {
-	return pub.Publish(out, middleware.NewMessage(msg.Context(), []byte("follow-up")))
+	return pub.Publish(out, msgctx.NewMessage(msg.Context(), []byte("follow-up")))
 }
 
 func TestTracingEndToEnd(t *testing.T) {
@@ -152,8 +154,8 @@ func TestTracingEndToEnd(t *testing.T) {
 		{
 			name: "new trace from a traced publisher, seeded with the correlation id",
 			send: func(t *testing.T, p pipeline) string {
-				id := middleware.NewTraceID()
-				msg := middleware.NewMessage(middleware.WithTraceID(context.Background(), id), []byte("first"))
+				id := msgctx.NewTraceID()
+				msg := msgctx.NewMessage(msgctx.WithTraceID(context.Background(), id), []byte("first"))
 				require.NoError(t, p.pub.Publish(p.in, msg))
 				return id
 			},
@@ -162,9 +164,9 @@ func TestTracingEndToEnd(t *testing.T) {
 		{
 			name: "x-trace-id without traceparent from an untraced publisher",
 			send: func(t *testing.T, p pipeline) string {
-				id := middleware.NewTraceID()
+				id := msgctx.NewTraceID()
 				msg := message.NewMessage(watermill.NewUUID(), []byte("first"))
-				msg.Metadata.Set(middleware.TraceIDKey, id)
+				msg.Metadata.Set(metadata.TraceIDKey, id)
 				require.NoError(t, p.raw.Publish(p.in, msg))
 				return id
 			},
@@ -194,7 +196,7 @@ func TestTracingEndToEnd(t *testing.T) {
 			for _, s := range spans {
 				assert.Equal(t, traceID, s.SpanContext().TraceID(), s.Name())
 			}
-			assert.Equal(t, xTraceID, followUp.Metadata.Get(middleware.TraceIDKey))
+			assert.Equal(t, xTraceID, followUp.Metadata.Get(metadata.TraceIDKey))
 
 			if tt.producerSpan {
 				producer := spanNamed(t, spans, p.in+" publish")
@@ -288,15 +290,15 @@ func TestTracingNoopInjectsNothing(t *testing.T) {
 			assert.Same(t, raw, middleware.TracingPublisher(raw, tt.tp), "the publisher is not even wrapped")
 
 			p := startPipeline(t, tt.tp, publishFollowUp)
-			require.NoError(t, p.pub.Publish(p.in, middleware.NewMessage(context.Background(), nil)))
+			require.NoError(t, p.pub.Publish(p.in, msgctx.NewMessage(context.Background(), nil)))
 			followUp := p.receive(t)
-			assert.Empty(t, followUp.Metadata.Get(middleware.TraceparentKey))
-			assert.Empty(t, followUp.Metadata.Get(middleware.TracestateKey))
+			assert.Empty(t, followUp.Metadata.Get(metadata.TraceparentKey))
+			assert.Empty(t, followUp.Metadata.Get(metadata.TracestateKey))
 
 			// Returned messages are left alone too, even when the incoming
 			// message carried a trace context.
 			in := message.NewMessage(watermill.NewUUID(), nil)
-			in.Metadata.Set(middleware.TraceparentKey, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+			in.Metadata.Set(metadata.TraceparentKey, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
 			produced, err := middleware.Tracing(tt.tp)(func(*message.Message) ([]*message.Message, error) {
 				return []*message.Message{message.NewMessage(watermill.NewUUID(), nil)}, nil
 			})(in)
@@ -322,15 +324,15 @@ func TestTracingTraceIDs(t *testing.T) {
 		wantRoot      bool
 		wantCorrelate string // CorrelationIDAttr, "" for none
 	}{
-		{name: "traceparent", metadata: message.Metadata{middleware.TraceparentKey: traceparent}, wantTraceID: fromParent},
-		{name: "x-trace-id only", metadata: message.Metadata{middleware.TraceIDKey: xTraceID}, wantTraceID: xTraceID, wantRoot: true},
+		{name: "traceparent", metadata: message.Metadata{metadata.TraceparentKey: traceparent}, wantTraceID: fromParent},
+		{name: "x-trace-id only", metadata: message.Metadata{metadata.TraceIDKey: xTraceID}, wantTraceID: xTraceID, wantRoot: true},
 		{
 			name:          "traceparent wins over a different x-trace-id, which is kept as an attribute",
-			metadata:      message.Metadata{middleware.TraceparentKey: traceparent, middleware.TraceIDKey: xTraceID},
+			metadata:      message.Metadata{metadata.TraceparentKey: traceparent, metadata.TraceIDKey: xTraceID},
 			wantTraceID:   fromParent,
 			wantCorrelate: xTraceID,
 		},
-		{name: "x-trace-id that is no W3C trace id", metadata: message.Metadata{middleware.TraceIDKey: "trace-from-upstream"}, wantRoot: true, wantCorrelate: "trace-from-upstream"},
+		{name: "x-trace-id that is no W3C trace id", metadata: message.Metadata{metadata.TraceIDKey: "trace-from-upstream"}, wantRoot: true, wantCorrelate: "trace-from-upstream"},
 		{name: "nothing", metadata: message.Metadata{}, wantRoot: true},
 	}
 	for _, tt := range tests {
@@ -381,7 +383,7 @@ func TestTracingReturnedMessages(t *testing.T) {
 			produced, err := middleware.Tracing(tp)(func(*message.Message) ([]*message.Message, error) {
 				out := message.NewMessage(watermill.NewUUID(), nil) // not from the handler's context
 				if tt.preset != "" {
-					out.Metadata.Set(middleware.TraceparentKey, tt.preset)
+					out.Metadata.Set(metadata.TraceparentKey, tt.preset)
 				}
 				return []*message.Message{out}, nil
 			})(in)
@@ -400,7 +402,7 @@ func TestTracingReturnedMessages(t *testing.T) {
 
 			switch {
 			case tt.preset != "":
-				assert.Equal(t, tt.preset, sent.Metadata.Get(middleware.TraceparentKey))
+				assert.Equal(t, tt.preset, sent.Metadata.Get(metadata.TraceparentKey))
 				producer := endedSpans(t, rec, 2)[1]
 				assert.Equal(t, consumer.SpanContext().SpanID(), producer.Parent().SpanID(),
 					"the producer span still belongs to the handler's trace")
@@ -446,7 +448,7 @@ func TestTracingPublisher(t *testing.T) {
 				ctxB, b := tp.Tracer("test").Start(context.Background(), "b")
 				a.End()
 				b.End()
-				return []*message.Message{middleware.NewMessage(ctxA, nil), middleware.NewMessage(ctxB, nil)}
+				return []*message.Message{msgctx.NewMessage(ctxA, nil), msgctx.NewMessage(ctxB, nil)}
 			},
 			wantLen: 4,
 			check: func(t *testing.T, msgs []*message.Message, spans []sdktrace.ReadOnlySpan) {
@@ -464,14 +466,14 @@ func TestTracingPublisher(t *testing.T) {
 			name: "an explicit traceparent is kept and parents the span",
 			msgs: func(trace.TracerProvider) []*message.Message {
 				msg := message.NewMessage(watermill.NewUUID(), nil)
-				msg.Metadata.Set(middleware.TraceparentKey, explicit)
-				msg.Metadata.Set(middleware.TracestateKey, "vendor=1")
+				msg.Metadata.Set(metadata.TraceparentKey, explicit)
+				msg.Metadata.Set(metadata.TracestateKey, "vendor=1")
 				return []*message.Message{msg}
 			},
 			wantLen: 1,
 			check: func(t *testing.T, msgs []*message.Message, spans []sdktrace.ReadOnlySpan) {
-				assert.Equal(t, explicit, msgs[0].Metadata.Get(middleware.TraceparentKey))
-				assert.Equal(t, "vendor=1", msgs[0].Metadata.Get(middleware.TracestateKey))
+				assert.Equal(t, explicit, msgs[0].Metadata.Get(metadata.TraceparentKey))
+				assert.Equal(t, "vendor=1", msgs[0].Metadata.Get(metadata.TracestateKey))
 				assert.Equal(t, "00f067aa0ba902b7", spans[0].Parent().SpanID().String())
 				assert.Equal(t, "4bf92f3577b34da6a3ce929d0e0e4736", spans[0].SpanContext().TraceID().String())
 			},
@@ -480,21 +482,21 @@ func TestTracingPublisher(t *testing.T) {
 			name: "an unparsable traceparent is replaced, a stale tracestate dropped",
 			msgs: func(trace.TracerProvider) []*message.Message {
 				msg := message.NewMessage(watermill.NewUUID(), nil)
-				msg.Metadata.Set(middleware.TraceparentKey, "garbage")
-				msg.Metadata.Set(middleware.TracestateKey, "vendor=1")
+				msg.Metadata.Set(metadata.TraceparentKey, "garbage")
+				msg.Metadata.Set(metadata.TracestateKey, "vendor=1")
 				return []*message.Message{msg}
 			},
 			wantLen: 1,
 			check: func(t *testing.T, msgs []*message.Message, spans []sdktrace.ReadOnlySpan) {
 				assert.Equal(t, spans[0].SpanContext().SpanID(), extract(msgs[0].Metadata).SpanID())
-				assert.Empty(t, msgs[0].Metadata.Get(middleware.TracestateKey))
+				assert.Empty(t, msgs[0].Metadata.Get(metadata.TracestateKey))
 			},
 		},
 		{
 			name: "x-trace-id in the metadata seeds a new trace",
 			msgs: func(trace.TracerProvider) []*message.Message {
 				msg := message.NewMessage(watermill.NewUUID(), nil)
-				msg.Metadata.Set(middleware.TraceIDKey, "0af7651916cd43dd8448eb211c80319c")
+				msg.Metadata.Set(metadata.TraceIDKey, "0af7651916cd43dd8448eb211c80319c")
 				return []*message.Message{msg}
 			},
 			wantLen: 1,
@@ -507,7 +509,7 @@ func TestTracingPublisher(t *testing.T) {
 			name: "an x-trace-id that is no W3C trace id seeds nothing",
 			msgs: func(trace.TracerProvider) []*message.Message {
 				msg := message.NewMessage(watermill.NewUUID(), nil)
-				msg.Metadata.Set(middleware.TraceIDKey, "0AF7651916CD43DD8448EB211C80319C")
+				msg.Metadata.Set(metadata.TraceIDKey, "0AF7651916CD43DD8448EB211C80319C")
 				return []*message.Message{msg}
 			},
 			wantLen: 1,
@@ -585,7 +587,7 @@ func TestTraceIDFromTraceparent(t *testing.T) {
 
 			// The helper agrees with the propagator that extracts the
 			// span, so logs and trace never disagree about a header.
-			sc := extract(message.Metadata{middleware.TraceparentKey: tt.in})
+			sc := extract(message.Metadata{metadata.TraceparentKey: tt.in})
 			assert.Equal(t, sc.IsValid(), ok, "the propagator disagrees")
 			if ok {
 				assert.Equal(t, tt.want, sc.TraceID().String())
@@ -615,7 +617,7 @@ func BenchmarkTracingNoop(b *testing.B) {
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			msg := message.NewMessage(watermill.NewUUID(), []byte("payload"))
-			msg.Metadata.Set(middleware.TraceparentKey, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+			msg.Metadata.Set(metadata.TraceparentKey, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
 			ctx := msg.Context()
 			b.ReportAllocs()
 			for b.Loop() {

@@ -11,10 +11,10 @@ package broker
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/app/topology"
 )
 
@@ -32,42 +32,12 @@ type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
-// AttemptKey is the metadata key every adapter sets on a delivered message:
-// the number of earlier deliveries of that message, starting at 0 — from SQS's
-// ApproximateReceiveCount, the Postgres broker's attempts column, RabbitMQ's
-// x-delivery-count / x-death. A publisher's value is never trusted.
-const AttemptKey = "x-attempt"
-
-// FirstFailureKey is the metadata key an adapter sets on a redelivered message
-// when it knows when the message first failed (RFC 3339 with nanoseconds, UTC):
-// the Postgres broker's first_failed_at column, RabbitMQ's x-death time, SQS's
-// ApproximateFirstReceiveTimestamp (the first receive, which is when the first
-// failed attempt started). Absent on a first delivery. Dead-lettering copies it
-// into the dead letter.
-const FirstFailureKey = "x-first-failure-at"
-
-// NackDelayKey is the metadata key the retry middleware sets (a Go duration,
-// e.g. "1.5s") on a message it is about to nack, asking for the redelivery to
-// wait that long. Adapters that implement NackDelayer honour it natively (SQS
-// visibility change, Postgres available_at); for the others the middleware
-// waits in process before it nacks.
-const NackDelayKey = "x-nack-delay"
-
 // NackDelayer is implemented by adapters whose nack can delay the redelivery
-// by the duration in a message's NackDelayKey metadata, without holding the
+// by the duration in a message's metadata.NackDelayKey, without holding the
 // message in the consumer.
 type NackDelayer interface {
-	// NacksWithDelay reports whether nacks honour NackDelayKey.
+	// NacksWithDelay reports whether nacks honour metadata.NackDelayKey.
 	NacksWithDelay() bool
-}
-
-// NackDelay returns the redelivery delay requested in msg's metadata, or 0.
-func NackDelay(msg *message.Message) time.Duration {
-	d, err := time.ParseDuration(msg.Metadata.Get(NackDelayKey))
-	if err != nil || d < 0 {
-		return 0
-	}
-	return d
 }
 
 // PartialPublishError is implemented by a Publish error when the adapter
@@ -79,20 +49,6 @@ type PartialPublishError interface {
 	error
 	FailedUUIDs() []string
 }
-
-// Keys that order and deduplicate messages on brokers that can (SQS FIFO
-// queues: MessageGroupId and MessageDeduplicationId).
-const (
-	// GroupIDKey names the group a message is ordered within (the booking
-	// spec's booking session id).
-	GroupIDKey = "x-group-id"
-	// OrderingKeyKey is the outbox's per-aggregate ordering key; on a FIFO
-	// queue it is the group when GroupIDKey is absent.
-	OrderingKeyKey = "x-ordering-key"
-	// DeduplicationIDKey overrides the deduplication id, which is otherwise
-	// the message id (the event id).
-	DeduplicationIDKey = "x-dedup-id"
-)
 
 // MaxPayloadBytes is the largest message body eventpipe accepts on any broker:
 // SQS's limit (1 MiB), applied everywhere so that the same code behaves the same
@@ -113,12 +69,13 @@ func (e *PayloadTooLargeError) Error() string {
 // CheckPayloads returns a *PayloadTooLargeError for the first message over
 // MaxPayloadBytes. Every adapter calls it before sending anything.
 //
-// Dead letters (DeadLetterKey set) are exempt: they move what arrived, and an
-// oversized message from a foreign publisher is dead-lettered for being so.
-// A broker with a hard limit of its own (SQS) still refuses them.
+// Dead letters (metadata.DeadLetterKey set) are exempt: they move what
+// arrived, and an oversized message from a foreign publisher is dead-lettered
+// for being so. A broker with a hard limit of its own (SQS) still refuses
+// them.
 func CheckPayloads(msgs []*message.Message) error {
 	for _, m := range msgs {
-		if len(m.Payload) > MaxPayloadBytes && m.Metadata.Get(DeadLetterKey) == "" {
+		if len(m.Payload) > MaxPayloadBytes && m.Metadata.Get(metadata.DeadLetterKey) == "" {
 			return &PayloadTooLargeError{MessageUUID: m.UUID, Size: len(m.Payload)}
 		}
 	}

@@ -13,9 +13,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/eventpipe/eventpipe/app"
+	"github.com/eventpipe/eventpipe/app/metadata"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/topology"
-	"github.com/eventpipe/eventpipe/middleware"
 )
 
 // publishConnectTimeout bounds how long publish waits for an unreachable
@@ -25,7 +26,7 @@ const publishConnectTimeout = 15 * time.Second
 func (e *env) publishCmd() *cobra.Command {
 	var (
 		topic, body, file, id string
-		metadata              []string
+		metadataKVs           []string
 		raw                   bool
 	)
 	cmd := &cobra.Command{
@@ -49,7 +50,7 @@ that route would reject is refused and nothing is sent. --raw skips the check
 				return usageError{err}
 			}
 			msg := message.NewMessage(id, payload)
-			for _, kv := range metadata {
+			for _, kv := range metadataKVs {
 				k, v, ok := strings.Cut(kv, "=")
 				if !ok || k == "" {
 					return usageError{fmt.Errorf("--metadata %q: want key=value", kv)}
@@ -76,17 +77,17 @@ that route would reject is refused and nothing is sent. --raw skips the check
 			if id == "" && consumer.MessageID != nil {
 				id = consumer.MessageID(payload)
 			}
-			if msg.Metadata.Get(middleware.TraceIDKey) == "" && consumer.TraceID != nil {
+			if msg.Metadata.Get(metadata.TraceIDKey) == "" && consumer.TraceID != nil {
 				if tid := consumer.TraceID(message.NewMessage("", payload)); tid != "" {
-					msg.Metadata.Set(middleware.TraceIDKey, tid)
+					msg.Metadata.Set(metadata.TraceIDKey, tid)
 				}
 			}
 			if id == "" {
 				id = watermill.NewUUID()
 			}
 			msg.UUID = id
-			if msg.Metadata.Get(middleware.TraceIDKey) == "" {
-				msg.Metadata.Set(middleware.TraceIDKey, middleware.NewTraceID())
+			if msg.Metadata.Get(metadata.TraceIDKey) == "" {
+				msg.Metadata.Set(metadata.TraceIDKey, msgctx.NewTraceID())
 			}
 			if cfg.Serve.ConnectTimeout == 0 {
 				cfg.Serve.ConnectTimeout = publishConnectTimeout
@@ -104,7 +105,7 @@ that route would reject is refused and nothing is sent. --raw skips the check
 				return fmt.Errorf("publish to %s: %w", topic, err)
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "published %s to %s on %s (trace %s)\n",
-				msg.UUID, topic, cfg.Broker.Kind, msg.Metadata.Get(middleware.TraceIDKey))
+				msg.UUID, topic, cfg.Broker.Kind, msg.Metadata.Get(metadata.TraceIDKey))
 			return err
 		},
 	}
@@ -112,7 +113,7 @@ that route would reject is refused and nothing is sent. --raw skips the check
 	f.StringVarP(&topic, "topic", "t", "", `queue, or "<exchange>/<routing-key>" of an enabled spec, to publish to (required)`)
 	f.StringVarP(&body, "body", "b", "", "message body")
 	f.StringVarP(&file, "file", "f", "", "read the body from a file (- for standard input)")
-	f.StringArrayVarP(&metadata, "metadata", "m", nil, "metadata key=value (repeatable)")
+	f.StringArrayVarP(&metadataKVs, "metadata", "m", nil, "metadata key=value (repeatable)")
 	f.StringVar(&id, "id", "", "message id (default: a new UUID)")
 	f.BoolVar(&raw, "raw", false, "skip the route's body check")
 	return cmd

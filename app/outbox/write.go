@@ -11,13 +11,14 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/migrations"
 )
 
 // OrderingKeyMetadata is the metadata key whose value, when set on a message
 // given to Write, becomes the row's ordering key (see the package doc, Order).
 // The key stays in the message's metadata, so it is published too.
-const OrderingKeyMetadata = broker.OrderingKeyKey
+const OrderingKeyMetadata = metadata.OrderingKeyKey
 
 // Table is the outbox table of one schema. The zero value is the default
 // schema's.

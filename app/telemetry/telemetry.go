@@ -30,7 +30,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/eventpipe/eventpipe/middleware"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 )
 
 // The exporters Config.Exporter accepts.
@@ -128,7 +128,7 @@ func otlpEndpoint(endpoint string) ([]otlptracehttp.Option, error) {
 // tracing middleware recognises and steps aside for, and shutdown does
 // nothing. Otherwise the provider batches spans in the background, samples
 // new traces at cfg.SampleRatio (continued ones follow their parent), and
-// gives a new trace the trace id in its context (middleware.TraceID) when
+// gives a new trace the trace id in its context (msgctx.TraceID) when
 // there is one (see IDGenerator). Setup connects to nothing: an unreachable
 // OTLP endpoint shows only when spans are exported.
 func Setup(ctx context.Context, cfg Config, w io.Writer) (tp trace.TracerProvider, shutdown func(context.Context) error, err error) {
@@ -177,7 +177,7 @@ func Setup(ctx context.Context, cfg Config, w io.Writer) (tp trace.TracerProvide
 
 // IDGenerator returns the span id generator of the providers Setup builds,
 // for tests and for callers that build their own sdktrace.TracerProvider: a
-// new trace takes the trace id in its context (middleware.TraceID, the
+// new trace takes the trace id in its context (msgctx.TraceID, the
 // x-trace-id of eventpipe's logs) when that is a valid W3C trace id, and a
 // random one otherwise; span ids are random.
 //
@@ -193,7 +193,7 @@ type seededIDs struct{}
 
 func (seededIDs) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {
 	var tid trace.TraceID
-	if id := middleware.TraceID(ctx); len(id) == 2*len(tid) {
+	if id := msgctx.TraceID(ctx); len(id) == 2*len(tid) {
 		if _, err := hex.Decode(tid[:], []byte(id)); err != nil || !tid.IsValid() {
 			tid = trace.TraceID{}
 		}

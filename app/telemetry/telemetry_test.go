@@ -17,8 +17,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/telemetry"
-	"github.com/eventpipe/eventpipe/middleware"
 )
 
 func TestValidate(t *testing.T) {
@@ -79,7 +79,7 @@ func TestSetupStdout(t *testing.T) {
 	tp, shutdown, err := telemetry.Setup(context.Background(), telemetry.Config{Exporter: "stdout", ServiceName: "orders"}, &out)
 	require.NoError(t, err)
 
-	ctx := middleware.WithTraceID(context.Background(), "0af7651916cd43dd8448eb211c80319c")
+	ctx := msgctx.WithTraceID(context.Background(), "0af7651916cd43dd8448eb211c80319c")
 	_, span := tp.Tracer("test").Start(ctx, "work")
 	span.End()
 	require.NoError(t, shutdown(context.Background()), "shutdown flushes the batch")
@@ -156,7 +156,7 @@ func TestSetupSampleRatio(t *testing.T) {
 
 			// A trace id in the upper half of the range: sampled at ratio 1,
 			// not at a tiny one (the ratio sampler decides on its low bits).
-			ctx := middleware.WithTraceID(context.Background(), "ffffffffffffffffffffffffffffffff")
+			ctx := msgctx.WithTraceID(context.Background(), "ffffffffffffffffffffffffffffffff")
 			_, span := tp.Tracer("test").Start(ctx, "root")
 			assert.Equal(t, tt.sampled, span.SpanContext().IsSampled())
 			span.End()
@@ -194,7 +194,7 @@ func TestIDGenerator(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			if tt.traceID != "" {
-				ctx = middleware.WithTraceID(ctx, tt.traceID)
+				ctx = msgctx.WithTraceID(ctx, tt.traceID)
 			}
 			tid, sid := gen.NewIDs(ctx)
 			assert.True(t, tid.IsValid())

@@ -8,8 +8,8 @@
 // (Producer.OnSocketEvent) decode an event strictly, derive its id with
 // DeriveEventID ("pre-derivation at the gateway") and enqueue it on
 // booking-session-events.fifo through one Producer.Enqueue: the "unified"
-// part. The message UUID, the body's eventId and broker.DeduplicationIDKey
-// (SQS MessageDeduplicationId) are the derived id; broker.GroupIDKey (SQS
+// part. The message UUID, the body's eventId and metadata.DeduplicationIDKey
+// (SQS MessageDeduplicationId) are the derived id; metadata.GroupIDKey (SQS
 // MessageGroupId) is the booking session id (DESIGN.md ruling "Booking"), so
 // a session's events are consumed in order. The same logical event from
 // both transports derives the same id and collapses at SQS (5-minute window);

@@ -11,7 +11,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
 // Queues of the spec (config/topology/booking.yaml).
@@ -199,8 +199,8 @@ func Message(ev Event) (*message.Message, error) {
 		return nil, err
 	}
 	msg := message.NewMessage(ev.EventID, body)
-	msg.Metadata.Set(broker.GroupIDKey, ev.BookingSessionID)
-	msg.Metadata.Set(broker.DeduplicationIDKey, ev.EventID)
+	msg.Metadata.Set(metadata.GroupIDKey, ev.BookingSessionID)
+	msg.Metadata.Set(metadata.DeduplicationIDKey, ev.EventID)
 	return msg, nil
 }
 

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/handlers/booking"
 )
 
@@ -47,8 +47,8 @@ func TestMessage(t *testing.T) {
 	msg, err := booking.Message(ev)
 	require.NoError(t, err)
 	assert.Equal(t, ev.EventID, msg.UUID)
-	assert.Equal(t, "bks_1", msg.Metadata.Get(broker.GroupIDKey))
-	assert.Equal(t, ev.EventID, msg.Metadata.Get(broker.DeduplicationIDKey))
+	assert.Equal(t, "bks_1", msg.Metadata.Get(metadata.GroupIDKey))
+	assert.Equal(t, ev.EventID, msg.Metadata.Get(metadata.DeduplicationIDKey))
 }
 
 func TestEncodeIsStrict(t *testing.T) {

@@ -25,6 +25,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/dbtx/dbtest"
 	"github.com/eventpipe/eventpipe/app/inbox"
+	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/testbrokers"
 	"github.com/eventpipe/eventpipe/handlers/booking"
@@ -242,14 +243,14 @@ func testNoEventID(t *testing.T, b testbrokers.Kind) {
 	// A foreign (or pre-deploy) publisher's body without eventId; the
 	// message still has a transport id, which the consumer must not use.
 	msg := message.NewMessage(watermill.NewUUID(), []byte(`{"bookingSessionId":"`+sid+`","type":"step-completed","occurredAt":"2026-11-30T09:14:03.512Z","stepId":"pick-slot"}`))
-	msg.Metadata.Set(broker.GroupIDKey, sid)
+	msg.Metadata.Set(metadata.GroupIDKey, sid)
 	require.NoError(t, f.ps.Publish(f.queue, msg))
 	select {
 	case m := <-f.dlq:
 		require.NotNil(t, m)
 		m.Ack()
 		require.Equal(t, msg.UUID, m.UUID)
-		d, ok, err := broker.DeadLetterOf(m)
+		d, ok, err := metadata.DeadLetterOf(m)
 		require.NoError(t, err)
 		require.True(t, ok)
 		assert.Equal(t, "permanent", d.Class)

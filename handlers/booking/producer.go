@@ -15,7 +15,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/eventpipe/eventpipe/app/broker"
-	"github.com/eventpipe/eventpipe/middleware"
+	"github.com/eventpipe/eventpipe/app/metadata"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 )
 
 // Producer is the single entry path both transports use: it derives the
@@ -58,8 +59,8 @@ func (p Producer) Enqueue(ctx context.Context, transport string, ev Event) (Even
 		return Event{}, err
 	}
 	msg.Metadata.Set(TransportKey, transport)
-	if tid := middleware.TraceID(ctx); tid != "" {
-		msg.Metadata.Set(middleware.TraceIDKey, tid)
+	if tid := msgctx.TraceID(ctx); tid != "" {
+		msg.Metadata.Set(metadata.TraceIDKey, tid)
 	}
 	msg.SetContext(ctx)
 	if err := p.Publisher.Publish(p.queue(), msg); err != nil {

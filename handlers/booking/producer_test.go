@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/handlers/booking"
 )
 
@@ -80,8 +81,8 @@ func TestBothTransportsDeriveTheSameMessage(t *testing.T) {
 	for i, m := range sent {
 		assert.Equal(t, booking.Queue, rec.topic[i])
 		assert.Equal(t, id, m.UUID, "message id = derived id")
-		assert.Equal(t, id, m.Metadata.Get(broker.DeduplicationIDKey))
-		assert.Equal(t, "bks_1", m.Metadata.Get(broker.GroupIDKey))
+		assert.Equal(t, id, m.Metadata.Get(metadata.DeduplicationIDKey))
+		assert.Equal(t, "bks_1", m.Metadata.Get(metadata.GroupIDKey))
 		require.NoError(t, booking.Validate(m.Payload))
 	}
 	assert.Equal(t, booking.TransportHTTP, sent[0].Metadata.Get(booking.TransportKey))

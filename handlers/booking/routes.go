@@ -11,8 +11,8 @@ import (
 
 	"github.com/eventpipe/eventpipe/app/failure"
 	"github.com/eventpipe/eventpipe/app/inbox"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/route"
-	"github.com/eventpipe/eventpipe/middleware"
 )
 
 // Consumer is the processor's name in the inbox (processed_messages'
@@ -90,8 +90,10 @@ func Catalog() route.Set { return Handlers{}.Routes() }
 // per body eventId — forwarded unchanged, never synthesised.
 func (h Handlers) handle(msg *message.Message) error {
 	ctx := msg.Context()
+	// msgctx.Logger's attributes, but with the id cut: the transport's
+	// message id is whatever the publisher sent, of any length.
 	log := h.logger().With(slog.String("message_id", jsonfields.Truncate(msg.UUID, MaxIDLength)),
-		slog.String("queue", message.SubscribeTopicFromCtx(ctx)), slog.String("trace_id", middleware.TraceID(ctx)))
+		slog.String("queue", message.SubscribeTopicFromCtx(ctx)), slog.String("trace_id", msgctx.TraceID(ctx)))
 	ev, err := Decode(msg.Payload)
 	if err != nil {
 		log.ErrorContext(ctx, "booking-session event rejected", slog.Any("error", err))

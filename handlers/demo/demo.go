@@ -16,8 +16,9 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/eventpipe/eventpipe/app/metadata"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/route"
-	"github.com/eventpipe/eventpipe/middleware"
 )
 
 // Queues of the demo.
@@ -88,17 +89,13 @@ func (h Handlers) greet(msg *message.Message) error {
 		return err
 	}
 	ctx := msg.Context()
-	h.Logger.InfoContext(ctx, "greeting handled",
-		slog.String("message_id", msg.UUID),
-		slog.String("trace_id", middleware.TraceID(ctx)),
-		slog.String("queue", GreetingsQueue),
-		slog.String("name", g.Name))
+	msgctx.Logger(ctx, h.Logger, msg).InfoContext(ctx, "greeting handled", slog.String("name", g.Name))
 
 	body, err := json.Marshal(Greeted{Text: "hello, " + strings.TrimSpace(g.Name)})
 	if err != nil {
 		return err
 	}
-	if err := h.Publisher.Publish(GreetedQueue, middleware.NewMessage(ctx, body)); err != nil {
+	if err := h.Publisher.Publish(GreetedQueue, msgctx.NewMessage(ctx, body)); err != nil {
 		return fmt.Errorf("publish %s: %w", GreetedQueue, err)
 	}
 	return nil
@@ -121,11 +118,7 @@ func (h Handlers) greeted(msg *message.Message) error {
 		return fmt.Errorf("decode greeted: %w", err)
 	}
 	ctx := msg.Context()
-	h.Logger.InfoContext(ctx, "greeted",
-		slog.String("message_id", msg.UUID),
-		slog.String("trace_id", middleware.TraceID(ctx)),
-		slog.String("queue", GreetedQueue),
-		slog.String("text", g.Text))
+	msgctx.Logger(ctx, h.Logger, msg).InfoContext(ctx, "greeted", slog.String("text", g.Text))
 	return nil
 }
 
@@ -138,13 +131,13 @@ func Produce(ctx context.Context, pub message.Publisher, interval time.Duration,
 	defer t.Stop()
 	for i := 0; ; i++ {
 		body, _ := json.Marshal(Greeting{Name: names[i%len(names)]})
-		msg := middleware.NewMessage(middleware.WithTraceID(ctx, middleware.NewTraceID()), body)
+		msg := msgctx.NewMessage(msgctx.WithTraceID(ctx, msgctx.NewTraceID()), body)
 		if err := pub.Publish(GreetingsQueue, msg); err != nil {
 			logger.WarnContext(ctx, "demo publish failed", slog.String("message_id", msg.UUID), slog.Any("error", err))
 		} else {
 			logger.InfoContext(ctx, "greeting published",
 				slog.String("message_id", msg.UUID),
-				slog.String("trace_id", msg.Metadata.Get(middleware.TraceIDKey)),
+				slog.String("trace_id", msg.Metadata.Get(metadata.TraceIDKey)),
 				slog.String("queue", GreetingsQueue))
 		}
 		select {

@@ -14,8 +14,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/eventpipe/eventpipe/app/metadata"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/handlers/demo"
-	"github.com/eventpipe/eventpipe/middleware"
 )
 
 func TestValidateGreeting(t *testing.T) {
@@ -59,7 +60,7 @@ func TestGreetPublishesGreetedWithTrace(t *testing.T) {
 	require.NoError(t, err)
 
 	in := message.NewMessage(watermill.NewUUID(), []byte(`{"name":" Ada ","extra":true}`))
-	in.SetContext(middleware.WithTraceID(context.Background(), "trace-7"))
+	in.SetContext(msgctx.WithTraceID(context.Background(), "trace-7"))
 	require.NoError(t, greet.Handle(in))
 
 	bad := message.NewMessage(watermill.NewUUID(), []byte(`{"name":""}`))
@@ -73,7 +74,7 @@ func TestGreetPublishesGreetedWithTrace(t *testing.T) {
 		var g demo.Greeted
 		require.NoError(t, json.Unmarshal(out.Payload, &g))
 		assert.Equal(t, "hello, Ada", g.Text)
-		assert.Equal(t, "trace-7", out.Metadata.Get(middleware.TraceIDKey))
+		assert.Equal(t, "trace-7", out.Metadata.Get(metadata.TraceIDKey))
 	case <-time.After(5 * time.Second):
 		t.Fatal("no greeted message")
 	}

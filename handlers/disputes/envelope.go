@@ -14,7 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/oklog/ulid"
 
-	"github.com/eventpipe/eventpipe/middleware"
+	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
 // Queues of the spec (config/topology/disputes.yaml).
@@ -257,7 +257,7 @@ func Message(env Envelope) (*message.Message, error) {
 	}
 	msg := message.NewMessage(env.EventID, body)
 	msg.Metadata.Set(EventIDKey, env.EventID)
-	msg.Metadata.Set(middleware.TraceIDKey, env.TraceID)
+	msg.Metadata.Set(metadata.TraceIDKey, env.TraceID)
 	return msg, nil
 }
 

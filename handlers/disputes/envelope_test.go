@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/handlers/disputes"
-	"github.com/eventpipe/eventpipe/middleware"
 )
 
 // specExample is §2's example envelope, with the payload's elisions filled.
@@ -55,7 +55,7 @@ func TestEncodeRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, env.EventID, msg.UUID, "message UUID = event_id")
 	assert.Equal(t, env.EventID, msg.Metadata.Get(disputes.EventIDKey), "attribute = a copy of event_id")
-	assert.Equal(t, env.TraceID, msg.Metadata.Get(middleware.TraceIDKey))
+	assert.Equal(t, env.TraceID, msg.Metadata.Get(metadata.TraceIDKey))
 	assert.Contains(t, string(msg.Payload), `"occurred_at":"2026-11-12T03:44:03.512Z"`, "UTC, milliseconds")
 	require.NoError(t, disputes.Validate(msg.Payload))
 

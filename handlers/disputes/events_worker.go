@@ -11,7 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/eventpipe/eventpipe/app/failure"
-	"github.com/eventpipe/eventpipe/middleware"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 )
 
 // Consumer is the events-worker's name in the inbox (processed_messages'
@@ -23,8 +23,7 @@ const Consumer = "events-worker"
 // inside the inbox (once per event_id).
 func (h Handlers) handleDomainEvent(msg *message.Message) error {
 	ctx := msg.Context()
-	log := h.logger().With(slog.String("message_id", msg.UUID), slog.String("queue", message.SubscribeTopicFromCtx(ctx)),
-		slog.String("trace_id", middleware.TraceID(ctx)))
+	log := msgctx.Logger(ctx, h.Logger, msg)
 	env, ev, err := DecodeEvent(msg.Payload)
 	if err != nil {
 		// §4: "Log with event_id, raise; reaches DLQ after maxReceiveCount".

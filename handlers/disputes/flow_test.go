@@ -23,11 +23,12 @@ import (
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/dbtx/dbtest"
 	"github.com/eventpipe/eventpipe/app/inbox"
+	"github.com/eventpipe/eventpipe/app/metadata"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/outbox"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/testbrokers"
 	"github.com/eventpipe/eventpipe/handlers/disputes"
-	"github.com/eventpipe/eventpipe/middleware"
 )
 
 func TestSpecOnEveryBroker(t *testing.T) {
@@ -158,7 +159,7 @@ func newFlow(t *testing.T, b testbrokers.Kind) *flow {
 
 func testProducedToEffect(t *testing.T, b testbrokers.Kind) {
 	f := newFlow(t, b)
-	ctx := middleware.WithTraceID(context.Background(), "4bf92f3577b34da6a3ce929d0e0e4736")
+	ctx := msgctx.WithTraceID(context.Background(), "4bf92f3577b34da6a3ce929d0e0e4736")
 	raised := time.Date(2026, 11, 12, 9, 14, 3, 512e6, time.UTC)
 	upi := disputes.Dispute{ID: disputes.NewDisputeID(), TxnID: "txn_upi", ReasonCode: disputes.ReasonFailedButDebited, Rail: disputes.RailUPI, RaisedAt: raised}
 	upiEvent, err := f.store.RaiseDispute(ctx, upi)
@@ -247,7 +248,7 @@ func testPoison(t *testing.T, b testbrokers.Kind) {
 			require.NotNil(t, m)
 			m.Ack()
 			require.Equal(t, c.msg.UUID, m.UUID)
-			d, ok, err := broker.DeadLetterOf(m)
+			d, ok, err := metadata.DeadLetterOf(m)
 			require.NoError(t, err)
 			require.True(t, ok)
 			assert.Equal(t, "permanent", d.Class)
@@ -310,7 +311,7 @@ func testIngestNoHeader(t *testing.T, b testbrokers.Kind) {
 		require.NotNil(t, m)
 		m.Ack()
 		assert.Equal(t, msg.UUID, m.UUID)
-		d, ok, err := broker.DeadLetterOf(m)
+		d, ok, err := metadata.DeadLetterOf(m)
 		require.NoError(t, err)
 		require.True(t, ok)
 		assert.Equal(t, "permanent", d.Class)

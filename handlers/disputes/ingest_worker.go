@@ -17,8 +17,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/route"
-	"github.com/eventpipe/eventpipe/middleware"
 )
 
 // IngestConsumer is the ingest-worker's name in the inbox.
@@ -137,8 +137,7 @@ func HasHeaderBlock(doc []byte) bool {
 // (through the outbox on Postgres), once per (bucket, key, sequencer).
 func (h Handlers) handleIngest(msg *message.Message) error {
 	ctx := msg.Context()
-	log := h.logger().With(slog.String("message_id", msg.UUID), slog.String("queue", message.SubscribeTopicFromCtx(ctx)),
-		slog.String("trace_id", middleware.TraceID(ctx)))
+	log := msgctx.Logger(ctx, h.Logger, msg)
 	refs, err := DecodeS3Notification(msg.Payload)
 	if err != nil {
 		log.ErrorContext(ctx, "S3 notification rejected", slog.Any("error", err))

@@ -51,13 +51,6 @@ type Handlers struct {
 	IngestBackoff route.Backoff
 }
 
-func (h Handlers) logger() *slog.Logger {
-	if h.Logger != nil {
-		return h.Logger
-	}
-	return slog.New(slog.DiscardHandler)
-}
-
 // DefaultBackoff is domain-events' wait between attempts. Transient failures
 // here are the database's (§4: "Postgres connection reset": seconds), so the
 // first retry comes after 10 s — the consumer's whole 10 s budget (§3 Lambda

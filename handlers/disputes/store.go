@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/eventpipe/eventpipe/middleware"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 )
 
 // Review queues of a review_queue entry.
@@ -118,12 +118,12 @@ type Store interface {
 // NewDisputeID returns "dsp_" + a ULID.
 func NewDisputeID() string { return NewID("dsp", time.Now()) }
 
-func newTraceID() string { return middleware.NewTraceID() }
+func newTraceID() string { return msgctx.NewTraceID() }
 
 // traceIDFor returns ctx's trace id when it is a W3C trace id (what §2's
 // trace_id holds), else a new one.
 func traceIDFor(ctx context.Context) string {
-	if id := middleware.TraceID(ctx); traceIDPattern.MatchString(id) {
+	if id := msgctx.TraceID(ctx); traceIDPattern.MatchString(id) {
 		return id
 	}
 	return newTraceID()

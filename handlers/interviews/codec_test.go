@@ -15,11 +15,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/app/outbox"
 	"github.com/eventpipe/eventpipe/app/topology"
 	"github.com/eventpipe/eventpipe/config"
 	"github.com/eventpipe/eventpipe/handlers/interviews"
-	"github.com/eventpipe/eventpipe/middleware"
 )
 
 const (
@@ -169,11 +169,11 @@ func TestProducer(t *testing.T) {
 	assert.JSONEq(t, fmt.Sprintf(`{"interviewId":%q,"organizationId":%q,"completedAt":"2026-11-30T10:00:00.123Z","durationSeconds":0}`, ivID, orgID), string(msgs[0].Payload))
 	assert.Equal(t, "req-42", msgs[0].Metadata.Get(interviews.RequestIDKey))
 	assert.Equal(t, interviews.EventInterviewCompleted, msgs[0].Metadata.Get(interviews.EventTypeKey))
-	assert.Equal(t, "req-42", msgs[0].Metadata.Get(middleware.TraceIDKey), "the request id seeds the trace")
+	assert.Equal(t, "req-42", msgs[0].Metadata.Get(metadata.TraceIDKey), "the request id seeds the trace")
 	assert.JSONEq(t, fmt.Sprintf(`{"type":"interview.failed","interviewId":%q,"organizationId":%q,"failureReason":"bot","failedAt":"2026-11-30T10:00:00.123Z"}`, ivID, orgID), string(msgs[1].Payload))
 	assert.Equal(t, "unknown", msgs[1].Metadata.Get(interviews.RequestIDKey))
 	assert.Equal(t, interviews.EventInterviewFailed, msgs[1].Metadata.Get(interviews.EventTypeKey))
-	assert.Len(t, msgs[1].Metadata.Get(middleware.TraceIDKey), 32, "no request id: a fresh trace id")
+	assert.Len(t, msgs[1].Metadata.Get(metadata.TraceIDKey), 32, "no request id: a fresh trace id")
 	for _, m := range msgs {
 		require.NoError(t, interviews.ValidateInterviewEvent(m.Payload), "our producer passes our strict validation")
 	}

@@ -25,11 +25,11 @@ import (
 
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/dbtx/dbtest"
+	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/app/outbox"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/testbrokers"
 	"github.com/eventpipe/eventpipe/handlers/interviews"
-	"github.com/eventpipe/eventpipe/middleware"
 )
 
 func TestSpecOnEveryBroker(t *testing.T) {
@@ -372,7 +372,7 @@ func testBadInputDropped(t *testing.T, b testbrokers.Kind) {
 	var msgs []*message.Message
 	for name, b := range bodies {
 		m := message.NewMessage(watermill.NewUUID(), []byte(b))
-		m.Metadata.Set(middleware.TraceIDKey, name)
+		m.Metadata.Set(metadata.TraceIDKey, name)
 		msgs = append(msgs, m)
 	}
 	require.NoError(t, f.ps.Publish(f.completedQ, msgs...))
@@ -388,7 +388,7 @@ func testBadInputDropped(t *testing.T, b testbrokers.Kind) {
 	time.Sleep(1500 * time.Millisecond) // room for a redelivery, were there one
 	_, by := f.completed.count()
 	for _, m := range msgs {
-		assert.Equal(t, 1, by[m.UUID], "%s: handled once, dropped, not retried", m.Metadata.Get(middleware.TraceIDKey))
+		assert.Equal(t, 1, by[m.UUID], "%s: handled once, dropped, not retried", m.Metadata.Get(metadata.TraceIDKey))
 	}
 	testbrokers.NoMessage(t, f.completedD, 100*time.Millisecond, "dropped, not dead-lettered")
 	testbrokers.NoMessage(t, f.reportD, 100*time.Millisecond, "dropped, not dead-lettered")
@@ -419,7 +419,7 @@ func testGeneratorKeepsFailing(t *testing.T, b testbrokers.Kind) {
 		t.Fatal("no dead letter")
 	}
 	dl.Ack()
-	info, ok, err := broker.DeadLetterOf(dl)
+	info, ok, err := metadata.DeadLetterOf(dl)
 	require.NoError(t, err)
 	require.True(t, ok, "dead letter with its history: %v", dl.Metadata)
 	assert.Equal(t, 3, info.Attempts)

@@ -10,8 +10,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/outbox"
-	"github.com/eventpipe/eventpipe/middleware"
 )
 
 // handleInterviewCompleted is the interview-completed consumer
@@ -19,7 +19,7 @@ import (
 // when this delivery really settled a completion.
 func (h Handlers) handleInterviewCompleted(msg *message.Message) error {
 	ctx := msg.Context()
-	log := h.messageLogger(ctx, msg, InterviewCompletedQueue)
+	log := h.messageLogger(ctx, msg)
 	ev, err := DecodeInterviewEvent(msg.Payload)
 	if err != nil {
 		// The route drops permanent failures: logged (by Observe, and here
@@ -112,13 +112,9 @@ func (h Handlers) settleFailed(ctx context.Context, log *slog.Logger, ev Intervi
 	return nil
 }
 
-func (h Handlers) messageLogger(ctx context.Context, msg *message.Message, queue string) *slog.Logger {
-	if q := message.SubscribeTopicFromCtx(ctx); q != "" {
-		queue = q // the queue it really came from (a prefixed or renamed one)
-	}
-	return h.logger().With(
-		slog.String("message_id", msg.UUID),
-		slog.String("trace_id", middleware.TraceID(ctx)),
-		slog.String("queue", queue),
-		slog.String("request_id", RequestIDOf(msg)))
+// messageLogger is msgctx.Logger plus the message's requestId attribute,
+// which the producer logs too, so a request's lines can be found on both
+// sides.
+func (h Handlers) messageLogger(ctx context.Context, msg *message.Message) *slog.Logger {
+	return msgctx.Logger(ctx, h.Logger, msg).With(slog.String("request_id", RequestIDOf(msg)))
 }

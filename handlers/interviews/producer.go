@@ -9,7 +9,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/eventpipe/eventpipe/middleware"
+	"github.com/eventpipe/eventpipe/app/metadata"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 )
 
 type requestIDKey struct{}
@@ -137,7 +138,7 @@ func NewReportGenerateMessage(ctx context.Context, req ReportGenerate) (*message
 	if err != nil {
 		return nil, fmt.Errorf("publish %s: encode: %w", EventReportGenerate, err)
 	}
-	msg := middleware.NewMessage(ctx, body)
+	msg := msgctx.NewMessage(ctx, body)
 	msg.UUID = reportGenerateMessageID(req.InterviewID)
 	msg.Metadata.Set(RequestIDKey, settlementRequestIDPrefix+req.InterviewID)
 	msg.Metadata.Set(EventTypeKey, EventReportGenerate)
@@ -150,19 +151,19 @@ func (p Producer) publish(ctx context.Context, queue, eventType, requestID strin
 			slog.String("event_type", eventType), slog.String("request_id", requestID))
 		return "", nil
 	}
-	msg := middleware.NewMessage(ctx, body)
+	msg := msgctx.NewMessage(ctx, body)
 	if id != "" {
 		msg.UUID = id
 	}
 	msg.Metadata.Set(RequestIDKey, requestID)
 	msg.Metadata.Set(EventTypeKey, eventType)
-	if msg.Metadata.Get(middleware.TraceIDKey) == "" {
+	if msg.Metadata.Get(metadata.TraceIDKey) == "" {
 		// A producer outside a handler starts a trace; the request id seeds
 		// it when there is one, so API logs and message logs line up.
 		if requestID != unknownRequestID {
-			msg.Metadata.Set(middleware.TraceIDKey, requestID)
+			msg.Metadata.Set(metadata.TraceIDKey, requestID)
 		} else {
-			msg.Metadata.Set(middleware.TraceIDKey, middleware.NewTraceID())
+			msg.Metadata.Set(metadata.TraceIDKey, msgctx.NewTraceID())
 		}
 	}
 	if err := p.Publisher.Publish(queue, msg); err != nil {
@@ -170,7 +171,7 @@ func (p Producer) publish(ctx context.Context, queue, eventType, requestID strin
 	}
 	p.logger().InfoContext(ctx, "published",
 		slog.String("message_id", msg.UUID),
-		slog.String("trace_id", msg.Metadata.Get(middleware.TraceIDKey)),
+		slog.String("trace_id", msg.Metadata.Get(metadata.TraceIDKey)),
 		slog.String("queue", queue),
 		slog.String("event_type", eventType),
 		slog.String("request_id", requestID))

@@ -35,7 +35,7 @@ func reportGenerateMessageID(interviewID string) string {
 // handleReportGenerate is the report-generate consumer (generateReport).
 func (h Handlers) handleReportGenerate(msg *message.Message) error {
 	ctx := msg.Context()
-	log := h.messageLogger(ctx, msg, ReportGenerateQueue)
+	log := h.messageLogger(ctx, msg)
 	req, err := DecodeReportGenerate(msg.Payload)
 	if err != nil {
 		log.WarnContext(ctx, "invalid report request dropped", slog.Any("error", err))

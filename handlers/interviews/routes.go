@@ -51,13 +51,6 @@ func (h Handlers) staleClaim() time.Duration {
 	return DefaultStaleClaim
 }
 
-func (h Handlers) logger() *slog.Logger {
-	if h.Logger != nil {
-		return h.Logger
-	}
-	return slog.New(slog.DiscardHandler)
-}
-
 // DefaultCompletedBackoff is interview-completed's default wait between attempts.
 // Settlement fails transiently only when the database does (a failover, a
 // restart: seconds); 5 s then 10 s, well inside the queue's 180 s visibility,

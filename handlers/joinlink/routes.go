@@ -9,8 +9,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/route"
-	"github.com/eventpipe/eventpipe/middleware"
 )
 
 // Handlers is the processor (JoinLinkGenerationProcessor) and what it needs.
@@ -23,13 +23,6 @@ type Handlers struct {
 	Backoff route.Backoff
 	// Now is the clock for MaxEventAge; time.Now when nil.
 	Now func() time.Time
-}
-
-func (h Handlers) logger() *slog.Logger {
-	if h.Logger != nil {
-		return h.Logger
-	}
-	return slog.New(slog.DiscardHandler)
 }
 
 // DefaultBackoff is join-link-generation's wait between attempts. The spec
@@ -85,15 +78,14 @@ func Catalog() route.Set { return Handlers{}.Routes() }
 //     (FAILED, acked; the sweep retries it every 4 h).
 func (h Handlers) handle(msg *message.Message) error {
 	ctx := msg.Context()
-	log := h.logger().With(slog.String("message_id", msg.UUID), slog.String("queue", message.SubscribeTopicFromCtx(ctx)),
-		slog.String("trace_id", middleware.TraceID(ctx)))
+	log := msgctx.Logger(ctx, h.Logger, msg)
 	m, err := Decode(msg.Payload)
 	if err != nil {
 		log.WarnContext(ctx, "join-link event rejected (non-retryable)", slog.Any("error", err))
 		return failure.AsPermanent(err)
 	}
 	log = log.With(slog.Int64("program_session_id", m.Data.ProgramSessionID), slog.String("correlation_id", jsonfields.Truncate(m.CorrelationID, 128)))
-	attempt := middleware.Attempt(ctx)
+	attempt := msgctx.Attempt(ctx)
 	if attempt > MaxRetryAttempts {
 		log.WarnContext(ctx, "join-link event past its retry budget; acknowledged, left to the fallback sweep",
 			slog.Int("attempt", attempt), slog.Int("max_attempts", MaxRetryAttempts))

@@ -16,6 +16,8 @@ import (
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/dbtx/dbtest"
 	"github.com/eventpipe/eventpipe/app/inbox"
+	"github.com/eventpipe/eventpipe/app/metadata"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/outbox"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/testbrokers"
@@ -26,7 +28,6 @@ import (
 	"github.com/eventpipe/eventpipe/handlers/stackup/core"
 	"github.com/eventpipe/eventpipe/handlers/stackup/envelope"
 	"github.com/eventpipe/eventpipe/handlers/stackup/realtime"
-	"github.com/eventpipe/eventpipe/middleware"
 )
 
 var stackupTopology = func() topology.Topology {
@@ -289,7 +290,7 @@ func newFixture(t *testing.T, kind string, opts fixtureOptions) *fixture {
 		r.Handle = func(msg *message.Message) error {
 			f.mu.Lock()
 			f.seen[queue] = append(f.seen[queue], delivery{uuid: msg.UUID, metadata: maps.Clone(msg.Metadata), payload: msg.Payload})
-			f.attempts[msg.UUID] = append(f.attempts[msg.UUID], middleware.Attempt(msg.Context()))
+			f.attempts[msg.UUID] = append(f.attempts[msg.UUID], msgctx.Attempt(msg.Context()))
 			f.mu.Unlock()
 			err := handle(msg)
 			if err == nil {
@@ -367,7 +368,7 @@ func (f *fixture) attemptsOf(uuid string) []int {
 }
 
 // deadLetter waits for the dead letter of message id on dlq.
-func (f *fixture) deadLetter(dlq, id string) (*message.Message, broker.DeadLetter) {
+func (f *fixture) deadLetter(dlq, id string) (*message.Message, metadata.DeadLetter) {
 	f.t.Helper()
 	ch, ok := f.dlq[dlq]
 	require.True(f.t, ok, "fixture does not watch %s", dlq)
@@ -379,13 +380,13 @@ func (f *fixture) deadLetter(dlq, id string) (*message.Message, broker.DeadLette
 			if m.UUID != id {
 				continue // another run's leftover (SQS queues are shared)
 			}
-			dl, ok, err := broker.DeadLetterOf(m)
+			dl, ok, err := metadata.DeadLetterOf(m)
 			require.NoError(f.t, err)
 			require.True(f.t, ok, "dead letter %s has no history", id)
 			return m, dl
 		case <-timeout:
 			f.t.Fatalf("no dead letter %s on %s within 45s", id, dlq)
-			return nil, broker.DeadLetter{}
+			return nil, metadata.DeadLetter{}
 		}
 	}
 }

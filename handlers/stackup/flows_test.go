@@ -15,15 +15,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/eventpipe/eventpipe/app/broker"
-	"github.com/eventpipe/eventpipe/app/broker/routing"
 	"github.com/eventpipe/eventpipe/app/failure"
 	"github.com/eventpipe/eventpipe/app/inbox"
+	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/handlers/stackup/aiworker"
 	"github.com/eventpipe/eventpipe/handlers/stackup/catalog"
 	"github.com/eventpipe/eventpipe/handlers/stackup/core"
 	"github.com/eventpipe/eventpipe/handlers/stackup/envelope"
-	"github.com/eventpipe/eventpipe/middleware"
 )
 
 // TestFlows runs the contract end to end — Core requester → outbox →
@@ -181,12 +179,12 @@ func testRoundTrips(t *testing.T, kind string) {
 	md := cb[0].metadata
 	assert.Equal(t, envelope.ContentType, md.Get(envelope.ContentTypeKey))
 	assert.Equal(t, envelope.ContentEncoding, md.Get(envelope.ContentEncodingKey))
-	assert.Equal(t, "0", md.Get(broker.AttemptKey), "x-attempt counts earlier attempts from 0")
-	assert.Equal(t, catalog.CallbackAnalysis, md.Get(routing.RoutingKeyKey))
+	assert.Equal(t, "0", md.Get(metadata.AttemptKey), "x-attempt counts earlier attempts from 0")
+	assert.Equal(t, catalog.CallbackAnalysis, md.Get(metadata.RoutingKeyKey))
 	env, err := envelope.Decode(cb[0].payload)
 	require.NoError(t, err)
 	assert.Equal(t, env.MessageID, cb[0].uuid, "message_id = messageId")
-	assert.Equal(t, env.TraceID, md.Get(middleware.TraceIDKey), "x-trace-id = traceId")
+	assert.Equal(t, env.TraceID, md.Get(metadata.TraceIDKey), "x-trace-id = traceId")
 	assert.Equal(t, envelope.PublisherAI, env.Publisher)
 	req := f.deliveries("ai.analyze.resume", "")
 	var reqEnv envelope.Envelope
@@ -505,7 +503,7 @@ func testEdges(t *testing.T, kind string) {
 	eventually(t, "smoke message answered", func() bool { return docStatus(f, smokeDoc) == core.DocAnalyzed })
 	cb := f.deliveries("core.callback.analysis", "smoke-1")
 	require.NotEmpty(t, cb, "the callback's correlation_id is the smoke message's messageId")
-	assert.Equal(t, "local-test", cb[0].metadata.Get(middleware.TraceIDKey))
+	assert.Equal(t, "local-test", cb[0].metadata.Get(metadata.TraceIDKey))
 }
 
 // publishBare publishes body with nothing but the body: on RabbitMQ with a

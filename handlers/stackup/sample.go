@@ -6,9 +6,9 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/handlers/stackup/catalog"
 	"github.com/eventpipe/eventpipe/handlers/stackup/core"
-	"github.com/eventpipe/eventpipe/middleware"
 )
 
 // SampleTraffic is the embedded mode's demonstration (`make run`): every
@@ -28,7 +28,7 @@ func SampleTraffic(ctx context.Context, h *Handlers, interval time.Duration, log
 	const userID = 1
 	for i := int64(1); ; i++ {
 		id := base + i
-		tctx := middleware.WithTraceID(ctx, middleware.NewTraceID())
+		tctx := msgctx.WithTraceID(ctx, msgctx.NewTraceID())
 		var (
 			msgID, what string
 			err         error
@@ -47,10 +47,10 @@ func SampleTraffic(ctx context.Context, h *Handlers, interval time.Duration, log
 		}
 		if err != nil {
 			logger.WarnContext(tctx, "stackup sample request failed", slog.String("message_type", what),
-				slog.String("trace_id", middleware.TraceID(tctx)), slog.Any("error", err))
+				slog.String("trace_id", msgctx.TraceID(tctx)), slog.Any("error", err))
 		} else {
 			logger.InfoContext(tctx, "stackup sample request sent; watch its trace_id through ai-worker → callback → core",
-				slog.String("message_id", msgID), slog.String("trace_id", middleware.TraceID(tctx)), slog.String("message_type", what))
+				slog.String("message_id", msgID), slog.String("trace_id", msgctx.TraceID(tctx)), slog.String("message_type", what))
 		}
 		select {
 		case <-ctx.Done():

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
 // Features tells the suite what a broker can do.
@@ -202,8 +203,8 @@ func testNackRedelivers(t *testing.T, f Features, newPubSub Constructor) {
 
 	msg := message.NewMessage(watermill.NewUUID(), []byte("nack me"))
 	// A publisher's attempt count and failure time are never trusted.
-	msg.Metadata.Set(broker.AttemptKey, "7")
-	msg.Metadata.Set(broker.FirstFailureKey, "2001-01-01T00:00:00Z")
+	msg.Metadata.Set(metadata.AttemptKey, "7")
+	msg.Metadata.Set(metadata.FirstFailureKey, "2001-01-01T00:00:00Z")
 	require.NoError(t, ps.Publish(topic, msg))
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -218,11 +219,11 @@ func testNackRedelivers(t *testing.T, f Features, newPubSub Constructor) {
 		case m := <-msgs:
 			require.NotNil(t, m, "messages channel closed")
 			require.Equal(t, msg.UUID, m.UUID)
-			assert.Equal(t, strconv.Itoa(deliveries), m.Metadata.Get(broker.AttemptKey), "earlier deliveries")
+			assert.Equal(t, strconv.Itoa(deliveries), m.Metadata.Get(metadata.AttemptKey), "earlier deliveries")
 			if deliveries == 0 {
-				assert.Empty(t, m.Metadata.Get(broker.FirstFailureKey), "a first delivery has not failed yet")
+				assert.Empty(t, m.Metadata.Get(metadata.FirstFailureKey), "a first delivery has not failed yet")
 			} else {
-				first, err := time.Parse(time.RFC3339Nano, m.Metadata.Get(broker.FirstFailureKey))
+				first, err := time.Parse(time.RFC3339Nano, m.Metadata.Get(metadata.FirstFailureKey))
 				if assert.NoError(t, err, "a redelivery knows when it first failed") {
 					assert.WithinDuration(t, time.Now(), first, 2*f.RedeliveryTimeout+time.Minute)
 				}

@@ -20,6 +20,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
 // Config configures the embedded broker.
@@ -85,9 +86,9 @@ func (p *PubSub) Publish(topic string, msgs ...*message.Message) error {
 }
 
 // Subscribe subscribes to topic. Every delivered message carries
-// broker.AttemptKey — how often this subscription was given the message before
+// metadata.AttemptKey — how often this subscription was given the message before
 // (GoChannel redelivers a nacked message to the same subscriber at once) — and,
-// on a redelivery, broker.FirstFailureKey: when it was first nacked.
+// on a redelivery, metadata.FirstFailureKey: when it was first nacked.
 func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	in, err := p.GoChannel.Subscribe(ctx, topic)
 	if err != nil {
@@ -111,10 +112,10 @@ func countAttempts(ctx context.Context, closing <-chan struct{}, in <-chan *mess
 	seen := map[string]history{}
 	for msg := range in {
 		h := seen[msg.UUID]
-		msg.Metadata.Set(broker.AttemptKey, strconv.Itoa(h.attempts))
-		delete(msg.Metadata, broker.FirstFailureKey)
+		msg.Metadata.Set(metadata.AttemptKey, strconv.Itoa(h.attempts))
+		delete(msg.Metadata, metadata.FirstFailureKey)
 		if !h.firstFailure.IsZero() {
-			msg.Metadata.Set(broker.FirstFailureKey, h.firstFailure.Format(time.RFC3339Nano))
+			msg.Metadata.Set(metadata.FirstFailureKey, h.firstFailure.Format(time.RFC3339Nano))
 		}
 		select {
 		case out <- msg:

@@ -15,6 +15,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/broker/brokertest"
 	"github.com/eventpipe/eventpipe/app/broker/memory"
+	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
 // The suite publishes before it subscribes, which only a persistent GoChannel
@@ -80,7 +81,7 @@ func TestAttemptsPerMessage(t *testing.T) {
 	last := map[string]int{}
 	for range 8 {
 		m := brokertest.Next(t, msgs, 5*time.Second)
-		n, err := strconv.Atoi(m.Metadata.Get(broker.AttemptKey))
+		n, err := strconv.Atoi(m.Metadata.Get(metadata.AttemptKey))
 		require.NoError(t, err)
 		if prev, ok := last[m.UUID]; ok {
 			assert.Equal(t, prev+1, n, "message %s", m.UUID)

@@ -11,12 +11,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/broker/brokertest"
 	"github.com/eventpipe/eventpipe/app/broker/postgres"
+	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
-// broker.AttemptKey on a delivery is the number of earlier deliveries of that
+// metadata.AttemptKey on a delivery is the number of earlier deliveries of that
 // message, from 0; a publisher's value is neither stored nor delivered, and a
 // republished message's count starts again.
 func TestAttemptCounts(t *testing.T) {
@@ -30,9 +30,9 @@ func TestAttemptCounts(t *testing.T) {
 	retried := message.NewMessage(watermill.NewUUID(), []byte("nacked twice"))
 	once := message.NewMessage(watermill.NewUUID(), []byte("acked at once"))
 	forged := message.NewMessage(watermill.NewUUID(), []byte("publisher sets x-attempt"))
-	forged.Metadata.Set(broker.AttemptKey, "5")
+	forged.Metadata.Set(metadata.AttemptKey, "5")
 	require.NoError(t, ps.Publish(topic, retried, once, forged))
-	assert.Equal(t, "5", forged.Metadata.Get(broker.AttemptKey), "the publisher's message is not changed")
+	assert.Equal(t, "5", forged.Metadata.Get(metadata.AttemptKey), "the publisher's message is not changed")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -43,14 +43,14 @@ func TestAttemptCounts(t *testing.T) {
 
 	var stored string
 	require.NoError(t, conn.QueryRow(ctx, `SELECT metadata::text FROM `+table+` WHERE uuid = $1`, forged.UUID).Scan(&stored))
-	assert.NotContains(t, stored, broker.AttemptKey, "a publisher's attempt number is not stored")
+	assert.NotContains(t, stored, metadata.AttemptKey, "a publisher's attempt number is not stored")
 
 	msgs, err := ps.Subscribe(ctx, topic)
 	require.NoError(t, err)
 	seen := map[string][]string{}
 	for len(seen[retried.UUID]) < 3 {
 		m := brokertest.Next(t, msgs, 10*time.Second)
-		attempt := m.Metadata.Get(broker.AttemptKey)
+		attempt := m.Metadata.Get(metadata.AttemptKey)
 		seen[m.UUID] = append(seen[m.UUID], attempt)
 		if m.UUID != retried.UUID {
 			m.Ack()
@@ -92,12 +92,12 @@ func TestAttemptCounts(t *testing.T) {
 	require.NoError(t, err)
 	m := brokertest.Next(t, again, 10*time.Second)
 	m.Ack()
-	assert.Equal(t, "0", m.Metadata.Get(broker.AttemptKey), "a republished message starts at attempt 0")
+	assert.Equal(t, "0", m.Metadata.Get(metadata.AttemptKey), "a republished message starts at attempt 0")
 }
 
 // A queue table made before the attempt columns existed (an earlier release)
 // gets them on initialization, keeps its rows, and delivers them with
-// broker.AttemptKey.
+// metadata.AttemptKey.
 func TestOldTableGetsAttemptColumns(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t)
@@ -127,6 +127,6 @@ func TestOldTableGetsAttemptColumns(t *testing.T) {
 	require.NoError(t, err)
 	m := brokertest.Next(t, msgs, 10*time.Second)
 	assert.Equal(t, "old-1", m.UUID)
-	assert.Equal(t, "0", m.Metadata.Get(broker.AttemptKey))
+	assert.Equal(t, "0", m.Metadata.Get(metadata.AttemptKey))
 	m.Ack()
 }

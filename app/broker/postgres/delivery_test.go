@@ -14,9 +14,10 @@ import (
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/broker/brokertest"
 	"github.com/eventpipe/eventpipe/app/broker/postgres"
+	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
-// A nack with broker.NackDelayKey makes the row available after that delay;
+// A nack with metadata.NackDelayKey makes the row available after that delay;
 // a nack without it keeps RedeliveryDelay. Both are nacked together, so the
 // one without a delay must come back first, and the delayed one not before
 // its delay.
@@ -44,7 +45,7 @@ func TestNackDelay(t *testing.T) {
 	var nackedAt time.Time
 	m := brokertest.Next(t, msgs, 10*time.Second)
 	require.Equal(t, delayed.UUID, m.UUID)
-	m.Metadata.Set(broker.NackDelayKey, delay.String())
+	m.Metadata.Set(metadata.NackDelayKey, delay.String())
 	nackedAt = time.Now()
 	require.True(t, m.Nack())
 	m = brokertest.Next(t, msgs, 10*time.Second)
@@ -53,19 +54,19 @@ func TestNackDelay(t *testing.T) {
 
 	first := brokertest.Next(t, msgs, 10*time.Second)
 	assert.Equal(t, plain.UUID, first.UUID, "the message nacked without a delay comes back first")
-	assert.Equal(t, "1", first.Metadata.Get(broker.AttemptKey))
+	assert.Equal(t, "1", first.Metadata.Get(metadata.AttemptKey))
 	require.True(t, first.Ack())
 
 	second := brokertest.Next(t, msgs, 20*time.Second)
 	waited := time.Since(nackedAt)
 	require.True(t, second.Ack())
 	assert.Equal(t, delayed.UUID, second.UUID)
-	assert.Equal(t, "1", second.Metadata.Get(broker.AttemptKey))
+	assert.Equal(t, "1", second.Metadata.Get(metadata.AttemptKey))
 	assert.GreaterOrEqual(t, waited, delay-200*time.Millisecond, "redelivered before the requested delay")
-	assert.Empty(t, second.Metadata.Get(broker.NackDelayKey), "the delay request is not stored with the row")
+	assert.Empty(t, second.Metadata.Get(metadata.NackDelayKey), "the delay request is not stored with the row")
 }
 
-// broker.FirstFailureKey is absent until the first nack (a publisher's value
+// metadata.FirstFailureKey is absent until the first nack (a publisher's value
 // included) and then the row's first_failed_at, the same on every
 // redelivery.
 func TestFirstFailureTime(t *testing.T) {
@@ -75,7 +76,7 @@ func TestFirstFailureTime(t *testing.T) {
 	ps := newPubSub(t, cfg)
 	topic := brokertest.Topic(t)
 	sent := message.NewMessage(watermill.NewUUID(), []byte("fails"))
-	sent.Metadata.Set(broker.FirstFailureKey, "2000-01-01T00:00:00Z")
+	sent.Metadata.Set(metadata.FirstFailureKey, "2000-01-01T00:00:00Z")
 	require.NoError(t, ps.Publish(topic, sent))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -84,7 +85,7 @@ func TestFirstFailureTime(t *testing.T) {
 	require.NoError(t, err)
 
 	m := brokertest.Next(t, msgs, 10*time.Second)
-	assert.NotContains(t, m.Metadata, broker.FirstFailureKey, "a publisher's value is not delivered")
+	assert.NotContains(t, m.Metadata, metadata.FirstFailureKey, "a publisher's value is not delivered")
 	before := time.Now()
 	require.True(t, m.Nack())
 
@@ -96,7 +97,7 @@ func TestFirstFailureTime(t *testing.T) {
 	var firstSeen string
 	for range 2 {
 		m := brokertest.Next(t, msgs, 10*time.Second)
-		got := m.Metadata.Get(broker.FirstFailureKey)
+		got := m.Metadata.Get(metadata.FirstFailureKey)
 		at, err := time.Parse(time.RFC3339Nano, got)
 		require.NoError(t, err, "%q", got)
 		assert.Equal(t, time.UTC, at.Location())
@@ -140,7 +141,7 @@ func TestCloseReleasesClaimed(t *testing.T) {
 	m := brokertest.Next(t, again, 20*time.Second) // the ack deadline is 2 min
 	m.Ack()
 	assert.Equal(t, sent.UUID, m.UUID)
-	assert.Equal(t, "0", m.Metadata.Get(broker.AttemptKey), "a release is not a failed attempt")
+	assert.Equal(t, "0", m.Metadata.Get(metadata.AttemptKey), "a release is not a failed attempt")
 }
 
 // Rows whose metadata is not a JSON object of strings (written by something
@@ -178,9 +179,9 @@ func TestMalformedMetadataIsDelivered(t *testing.T) {
 		got[m.UUID] = m.Metadata
 		m.Ack()
 	}
-	assert.Equal(t, message.Metadata{"a": "1", "b": "x", "c": `{"d":[true,null]}`, "e": "", broker.AttemptKey: "0"}, got["mixed"])
+	assert.Equal(t, message.Metadata{"a": "1", "b": "x", "c": `{"d":[true,null]}`, "e": "", metadata.AttemptKey: "0"}, got["mixed"])
 	for _, uuid := range []string{"array", "null", "scalar"} {
-		assert.Equal(t, message.Metadata{broker.AttemptKey: "0"}, got[uuid], uuid)
+		assert.Equal(t, message.Metadata{metadata.AttemptKey: "0"}, got[uuid], uuid)
 	}
 	assert.Contains(t, got, last.UUID)
 }

@@ -8,7 +8,7 @@
 // (SELECT … FOR UPDATE SKIP LOCKED) and keeps it locked in an open transaction
 // while the messages are handled one by one. An ack deletes the row when the
 // batch commits; a nack makes it available again, to any subscriber, after
-// the delay in the message's broker.NackDelayKey metadata when it has a valid
+// the delay in the message's metadata.NackDelayKey when it has a valid
 // one (the retry middleware's back-off), else after RedeliveryDelay; a crash,
 // a lost connection, an expired AckDeadline or Close rolls the transaction
 // back, so the row comes back at once (its available_at was never moved: a
@@ -16,15 +16,15 @@
 // Order is publish order for a single subscriber that never nacks; competing
 // subscribers interleave.
 //
-// Every delivered message carries broker.AttemptKey, the number of its
+// Every delivered message carries metadata.AttemptKey, the number of its
 // earlier deliveries that ended in a nack, from the row's attempts column; a
 // publisher's value is dropped on publish and never delivered. A delivery
 // rolled back instead (crash, lost connection, ack deadline, Close) is not
 // counted, since the count is kept in the claim's transaction. A message
-// that was nacked before also carries broker.FirstFailureKey, the time of its
+// that was nacked before also carries metadata.FirstFailureKey, the time of its
 // first nack (the first_failed_at column, RFC 3339 with nanoseconds, UTC —
 // PostgreSQL keeps microseconds); it is absent until the first nack, and a
-// publisher's value is never delivered (nor a stored broker.NackDelayKey). A row's metadata that is not a JSON
+// publisher's value is never delivered (nor a stored metadata.NackDelayKey). A row's metadata that is not a JSON
 // object of strings (written by something else) is delivered as well as it
 // can be read and logged, never left to block the queue.
 //
@@ -162,7 +162,7 @@ type Config struct {
 
 	// RedeliveryDelay is how long a nacked message stays invisible before any
 	// subscriber may claim it again, unless the message asks for its own delay
-	// with broker.NackDelayKey (the retry middleware's back-off does; its
+	// with metadata.NackDelayKey (the retry middleware's back-off does; its
 	// delay then replaces this one, even when shorter). Default 1 s.
 	RedeliveryDelay time.Duration
 
@@ -310,7 +310,7 @@ var (
 	_ message.SubscribeInitializer = (*PubSub)(nil)
 )
 
-// NacksWithDelay reports that a nack honours broker.NackDelayKey: the row
+// NacksWithDelay reports that a nack honours metadata.NackDelayKey: the row
 // becomes available again after the requested delay instead of
 // Config.RedeliveryDelay.
 func (p *PubSub) NacksWithDelay() bool { return true }

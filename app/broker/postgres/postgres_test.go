@@ -22,6 +22,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/broker/brokertest"
 	"github.com/eventpipe/eventpipe/app/broker/postgres"
+	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
 // watermillFeatures are what this broker can promise to Watermill's suite.
@@ -298,8 +299,8 @@ func TestPublishedBatchKeepsOrderAndMetadata(t *testing.T) {
 		got.Ack()
 		require.Equal(t, want.UUID, got.UUID, "message %d", i)
 		assert.Equal(t, string(want.Payload), string(got.Payload))
-		assert.Equal(t, "0", got.Metadata.Get(broker.AttemptKey), "message %d", i)
-		delete(got.Metadata, broker.AttemptKey)
+		assert.Equal(t, "0", got.Metadata.Get(metadata.AttemptKey), "message %d", i)
+		delete(got.Metadata, metadata.AttemptKey)
 		if i == 7 {
 			assert.Empty(t, got.Metadata)
 			got.Metadata.Set("settable", "yes") // not a nil map

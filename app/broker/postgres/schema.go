@@ -17,7 +17,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
 // maxIdentifierBytes is PostgreSQL's NAMEDATALEN-1. Longer names are silently
@@ -85,7 +85,7 @@ func (s queueSchema) initLockKey() int64 {
 //
 // available_at is what makes a nack a real redelivery: the row is pushed into
 // the future and any subscriber may claim it again. attempts counts the nacks
-// of the row, which is what a delivery sees as broker.AttemptKey;
+// of the row, which is what a delivery sees as metadata.AttemptKey;
 // first_failed_at and last_failed_at are the times of its first and latest
 // nack (NULL until then), for dead-letter reasons. Max-attempts
 // dead-lettering will join them here.
@@ -131,20 +131,20 @@ func (s queueSchema) RequiresTransaction() bool { return true }
 // InsertQuery inserts all messages with one statement and three array
 // parameters, so a batch of any size stays under PostgreSQL's 65,535-parameter
 // limit and commits atomically. WITH ORDINALITY keeps the offsets in publish
-// order. A publisher's broker.AttemptKey is not stored: the attempt number is
+// order. A publisher's metadata.AttemptKey is not stored: the attempt number is
 // the row's, set on delivery, and a handler that republishes a received
 // message's metadata must not carry its count into the new message.
 func (s queueSchema) InsertQuery(params wsql.InsertQueryParams) (wsql.Query, error) {
 	uuids := make([]string, len(params.Msgs))
 	payloads := make([][]byte, len(params.Msgs))
-	metadata := make([]string, len(params.Msgs))
+	metadatas := make([]string, len(params.Msgs))
 	for i, m := range params.Msgs {
 		md := m.Metadata
 		if md == nil {
 			md = message.Metadata{}
 		}
-		if _, ok := md[broker.AttemptKey]; ok {
-			md = withoutKey(md, broker.AttemptKey)
+		if _, ok := md[metadata.AttemptKey]; ok {
+			md = withoutKey(md, metadata.AttemptKey)
 		}
 		b, err := json.Marshal(md)
 		if err != nil {
@@ -152,14 +152,14 @@ func (s queueSchema) InsertQuery(params wsql.InsertQueryParams) (wsql.Query, err
 		}
 		uuids[i] = m.UUID
 		payloads[i] = nonNil(m.Payload)
-		metadata[i] = string(b)
+		metadatas[i] = string(b)
 	}
 	return wsql.Query{
 		Query: `INSERT INTO ` + s.table(params.Topic) + ` (uuid, payload, metadata)
 			SELECT u, p, m::json
 			FROM unnest($1::text[], $2::bytea[], $3::text[]) WITH ORDINALITY AS batch(u, p, m, n)
 			ORDER BY n`,
-		Args: []any{uuids, payloads, metadata},
+		Args: []any{uuids, payloads, metadatas},
 	}, nil
 }
 
@@ -200,12 +200,12 @@ func (s queueSchema) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, err
 		FOR UPDATE SKIP LOCKED`, s.table(params.Topic), s.batchSize)}, nil
 }
 
-// UnmarshalMessage turns a claimed row into a message. broker.AttemptKey is
+// UnmarshalMessage turns a claimed row into a message. metadata.AttemptKey is
 // set from the row's attempts column, over whatever the metadata holds: the
 // number of earlier deliveries that ended in a nack. A delivery that ended
 // without a settlement (a crash, a lost connection, an expired ack deadline,
 // Close) is not counted: its increment would roll back with the claim.
-// broker.FirstFailureKey is set from first_failed_at, the time of the row's
+// metadata.FirstFailureKey is set from first_failed_at, the time of the row's
 // first nack, when there was one, and is otherwise absent: a publisher's value
 // is never delivered.
 //
@@ -237,19 +237,19 @@ func (s queueSchema) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsql.
 }
 
 // setDeliveryMetadata sets the keys only the row may give, over whatever the
-// stored metadata holds. A stored broker.NackDelayKey (a publisher forwarding
+// stored metadata holds. A stored metadata.NackDelayKey (a publisher forwarding
 // what it received) is dropped too: only this consumer's nack may ask for a
 // delay.
 func setDeliveryMetadata(md message.Metadata, attempts int64, firstFailed *time.Time) {
-	md.Set(broker.AttemptKey, strconv.FormatInt(attempts, 10))
-	delete(md, broker.NackDelayKey)
-	delete(md, broker.FirstFailureKey)
+	md.Set(metadata.AttemptKey, strconv.FormatInt(attempts, 10))
+	delete(md, metadata.NackDelayKey)
+	delete(md, metadata.FirstFailureKey)
 	// The column is only ever set from clock_timestamp(); a time RFC 3339
 	// cannot write (outside years 0-9999, which PostgreSQL allows) could only
 	// come from a hand edit, and is left out rather than sent unparsable.
 	if firstFailed != nil {
 		if at := firstFailed.UTC(); at.Year() >= 0 && at.Year() <= 9999 {
-			md.Set(broker.FirstFailureKey, at.Format(time.RFC3339Nano))
+			md.Set(metadata.FirstFailureKey, at.Format(time.RFC3339Nano))
 		}
 	}
 }
@@ -399,17 +399,17 @@ type nackSet struct {
 }
 
 // nack is one consumer's nack: the redelivery delay it asked for with
-// broker.NackDelayKey, if it did.
+// metadata.NackDelayKey, if it did.
 type nack struct {
 	delay     time.Duration
 	requested bool
 }
 
 // nackOf reads the delay a nacked message asks for: a valid
-// broker.NackDelayKey duration (negative counts as 0). Without one, or with
+// metadata.NackDelayKey duration (negative counts as 0). Without one, or with
 // one that does not parse, the nack gets Config.RedeliveryDelay.
 func nackOf(msg *message.Message) nack {
-	raw, ok := msg.Metadata[broker.NackDelayKey]
+	raw, ok := msg.Metadata[metadata.NackDelayKey]
 	if !ok {
 		return nack{}
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
-	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
 // fakeRow is a claimed row as SelectQuery returns it: offset, uuid, payload,
@@ -62,9 +62,9 @@ func FuzzUnmarshalMessage(f *testing.F) {
 		require.NotNil(t, msg)
 		require.NotNil(t, msg.Metadata)
 		require.Equal(t, "u", msg.UUID)
-		require.Equal(t, strconv.FormatInt(attempts, 10), msg.Metadata[broker.AttemptKey])
-		require.NotContains(t, msg.Metadata, broker.NackDelayKey, "a stored nack delay is not delivered")
-		got, ok := msg.Metadata[broker.FirstFailureKey]
+		require.Equal(t, strconv.FormatInt(attempts, 10), msg.Metadata[metadata.AttemptKey])
+		require.NotContains(t, msg.Metadata, metadata.NackDelayKey, "a stored nack delay is not delivered")
+		got, ok := msg.Metadata[metadata.FirstFailureKey]
 		require.Equal(t, writable, ok, "first failure iff the column is set (to a time RFC 3339 can write)")
 		if ok {
 			at, err := time.Parse(time.RFC3339Nano, got)
@@ -75,7 +75,7 @@ func FuzzUnmarshalMessage(f *testing.F) {
 		var strs map[string]string
 		if json.Unmarshal(raw, &strs) == nil && strs != nil {
 			for k, v := range strs {
-				if k != broker.AttemptKey && k != broker.FirstFailureKey && k != broker.NackDelayKey {
+				if k != metadata.AttemptKey && k != metadata.FirstFailureKey && k != metadata.NackDelayKey {
 					require.Equal(t, v, msg.Metadata[k], "key %q", k)
 				}
 			}
@@ -92,11 +92,11 @@ func FuzzUnmarshalMessage(f *testing.F) {
 		require.NoError(t, err)
 		want := message.Metadata{}
 		for k, v := range msg.Metadata {
-			if k != broker.AttemptKey && k != broker.FirstFailureKey {
+			if k != metadata.AttemptKey && k != metadata.FirstFailureKey {
 				want[k] = v
 			}
 		}
-		want[broker.AttemptKey] = "0"
+		want[metadata.AttemptKey] = "0"
 		require.Equal(t, want, back.Msg.Metadata)
 	})
 }

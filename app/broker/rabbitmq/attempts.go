@@ -9,7 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
 // Attempt numbering on RabbitMQ.
@@ -34,7 +34,7 @@ const headerDeliveryCount = "x-delivery-count"
 
 // attemptOf returns the number of earlier attempts of a delivery.
 func attemptOf(d amqp.Delivery) int {
-	n := headerInt(d.Headers[broker.AttemptKey])
+	n := headerInt(d.Headers[metadata.AttemptKey])
 	switch count := headerInt(d.Headers[headerDeliveryCount]); {
 	case count > 0:
 		n += count
@@ -83,10 +83,10 @@ func headerInt(v any) int {
 // setAttempt writes the delivery's attempt number and first failure time into
 // msg's metadata, replacing whatever the publisher put there.
 func setAttempt(msg *message.Message, d amqp.Delivery) {
-	msg.Metadata.Set(broker.AttemptKey, strconv.Itoa(attemptOf(d)))
-	if headerInt(d.Headers[broker.AttemptKey]) == 0 {
+	msg.Metadata.Set(metadata.AttemptKey, strconv.Itoa(attemptOf(d)))
+	if headerInt(d.Headers[metadata.AttemptKey]) == 0 {
 		// Not a counted redelivery: a failure time can only be the publisher's.
-		delete(msg.Metadata, broker.FirstFailureKey)
+		delete(msg.Metadata, metadata.FirstFailureKey)
 	}
 }
 
@@ -107,12 +107,12 @@ func (p *PubSub) redeliverCounted(ctx context.Context, queue string, d amqp.Deli
 		headers[k] = v
 	}
 	delete(headers, headerDeliveryCount)
-	headers[broker.AttemptKey] = int32(attemptOf(d) + 1)
-	first := msg.Metadata.Get(broker.FirstFailureKey)
+	headers[metadata.AttemptKey] = int32(attemptOf(d) + 1)
+	first := msg.Metadata.Get(metadata.FirstFailureKey)
 	if _, err := time.Parse(time.RFC3339Nano, first); err != nil {
 		first = time.Now().UTC().Format(time.RFC3339Nano)
 	}
-	headers[broker.FirstFailureKey] = first
+	headers[metadata.FirstFailureKey] = first
 
 	pub := amqp.Publishing{
 		Headers:         headers,

@@ -15,6 +15,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/broker/rabbitmq"
 	"github.com/eventpipe/eventpipe/app/broker/routing"
 	"github.com/eventpipe/eventpipe/app/broker/routing/routingtest"
+	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
 // With a Declared topology the adapter routes "<exchange>/<key>" natively,
@@ -49,8 +50,8 @@ func TestDeclaredTopology(t *testing.T) {
 	got := brokertest.Next(t, msgs, 30*time.Second)
 	got.Ack()
 	assert.Equal(t, sent.UUID, got.UUID)
-	assert.Equal(t, "core", got.Metadata.Get(routing.ExchangeKey))
-	assert.Equal(t, "analyze.resume", got.Metadata.Get(routing.RoutingKeyKey))
+	assert.Equal(t, "core", got.Metadata.Get(metadata.ExchangeKey))
+	assert.Equal(t, "analyze.resume", got.Metadata.Get(metadata.RoutingKeyKey))
 
 	// A queue outside the topology is a plain durable queue.
 	other := brokertest.Topic(t)

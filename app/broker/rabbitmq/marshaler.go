@@ -16,7 +16,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
 // Metadata keys carried in AMQP message properties rather than in headers.
@@ -76,8 +76,8 @@ func (Marshaler) Marshal(msg *message.Message) (amqp.Publishing, error) {
 	pub.MessageId = msg.UUID
 	// The attempt count and failure time are the broker's to tell (see
 	// attempts.go); a new message starts at attempt 0 (StackUp §3).
-	delete(pub.Headers, broker.FirstFailureKey)
-	pub.Headers[broker.AttemptKey] = int32(0)
+	delete(pub.Headers, metadata.FirstFailureKey)
+	pub.Headers[metadata.AttemptKey] = int32(0)
 	for _, p := range propertyFields {
 		if v, ok := msg.Metadata[p.key]; ok {
 			*p.field(&pub) = v

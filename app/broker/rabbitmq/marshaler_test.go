@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/broker/rabbitmq"
+	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
 // x-death as RabbitMQ writes it when it dead-letters a message.
@@ -215,7 +215,7 @@ func FuzzUnmarshal(f *testing.F) {
 		pub, err := rabbitmq.Marshaler{}.Marshal(msg)
 		require.NoError(t, err)
 		for k, v := range pub.Headers {
-			if k == broker.AttemptKey {
+			if k == metadata.AttemptKey {
 				require.Equal(t, int32(0), v, "a publish starts at attempt 0")
 				continue
 			}

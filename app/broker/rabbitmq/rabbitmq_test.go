@@ -23,6 +23,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/broker/brokertest"
 	"github.com/eventpipe/eventpipe/app/broker/rabbitmq"
+	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
 // The features are those watermill-amqp claims for its own durable-queue
@@ -307,11 +308,11 @@ func TestQuorumQueue(t *testing.T) {
 	require.NoError(t, err)
 	first := brokertest.Next(t, msgs, 30*time.Second)
 	assert.Equal(t, sent.UUID, first.UUID)
-	assert.Equal(t, "0", first.Metadata.Get(broker.AttemptKey))
+	assert.Equal(t, "0", first.Metadata.Get(metadata.AttemptKey))
 	first.Nack()
 	again := brokertest.Next(t, msgs, 30*time.Second)
 	assert.Equal(t, sent.UUID, again.UUID)
-	assert.Equal(t, "1", again.Metadata.Get(broker.AttemptKey), "the nack is counted")
+	assert.Equal(t, "1", again.Metadata.Get(metadata.AttemptKey), "the nack is counted")
 	// Neither acked nor nacked: closing gives it back to the queue, which
 	// counts that delivery itself.
 	require.NoError(t, ps.Close())
@@ -322,7 +323,7 @@ func TestQuorumQueue(t *testing.T) {
 	third := brokertest.Next(t, msgs2, 30*time.Second)
 	third.Ack()
 	assert.Equal(t, sent.UUID, third.UUID)
-	assert.Equal(t, "2", third.Metadata.Get(broker.AttemptKey), "the unsettled delivery is counted by the broker")
+	assert.Equal(t, "2", third.Metadata.Get(metadata.AttemptKey), "the unsettled delivery is counted by the broker")
 }
 
 func TestBrokerUnreachable(t *testing.T) {

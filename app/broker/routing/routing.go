@@ -11,6 +11,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/app/topology"
 )
 
@@ -26,14 +27,6 @@ import (
 // queue policy and RawMessageDelivery to provision and to diff, and a second
 // service would stand in the delivery path. Routing in the publisher keeps
 // one source of truth and needs only the queues that Apply already creates.
-
-// Metadata keys Publisher sets on every routed message, so that a
-// consumer sees which exchange and routing key it was published with (on
-// RabbitMQ the broker's delivery carries them).
-const (
-	ExchangeKey   = "exchange"
-	RoutingKeyKey = "routing_key"
-)
 
 // UnroutableError is returned when no queue is bound to the exchange for the
 // routing key. Nothing was sent. RabbitMQ drops such a message silently
@@ -84,7 +77,7 @@ func sortedKeysErr(m map[string]error) []string { return slices.Sorted(maps.Keys
 // Publisher is a message.Publisher that routes by the topology's
 // bindings. A topic "<exchange>/<routing-key>" goes to every queue
 // topology.Topology.Route names for them (each once, in declaration order),
-// with ExchangeKey and RoutingKeyKey set in the metadata of the copies it
+// with metadata.ExchangeKey and metadata.RoutingKeyKey set on the copies it
 // sends (the caller's messages are not changed). A topic without '/' (or with
 // the default exchange, "/<queue>") is a queue name and goes to that queue as
 // it is, as with the default exchange on RabbitMQ. Exchange names must not
@@ -154,8 +147,8 @@ func (r *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	for i, m := range msgs {
 		c := m.Copy()
 		c.SetContext(m.Context())
-		c.Metadata.Set(ExchangeKey, exchange)
-		c.Metadata.Set(RoutingKeyKey, key)
+		c.Metadata.Set(metadata.ExchangeKey, exchange)
+		c.Metadata.Set(metadata.RoutingKeyKey, key)
 		copies[i] = c
 	}
 	if r.native {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/eventpipe/eventpipe/app/broker/routing"
 	"github.com/eventpipe/eventpipe/app/broker/routing/routingtest"
+	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/app/topology"
 )
 
@@ -86,11 +87,11 @@ func TestRoutingPublisherRoutes(t *testing.T) {
 				assert.Equal(t, msg.UUID, got.UUID)
 				assert.Equal(t, "t-1", got.Metadata.Get("traceId"))
 				if ex, key, ok := strings.Cut(c.topic, "/"); ok && ex != "" {
-					assert.Equal(t, ex, got.Metadata.Get(routing.ExchangeKey))
-					assert.Equal(t, key, got.Metadata.Get(routing.RoutingKeyKey))
+					assert.Equal(t, ex, got.Metadata.Get(metadata.ExchangeKey))
+					assert.Equal(t, key, got.Metadata.Get(metadata.RoutingKeyKey))
 				}
 			}
-			assert.Empty(t, msg.Metadata.Get(routing.RoutingKeyKey), "the caller's message is not changed")
+			assert.Empty(t, msg.Metadata.Get(metadata.RoutingKeyKey), "the caller's message is not changed")
 		})
 	}
 }
@@ -127,7 +128,7 @@ func TestNativePublisherChecksAndHandsOn(t *testing.T) {
 	require.NoError(t, rp.Publish("core/analyze.resume", message.NewMessage(watermill.NewUUID(), nil)))
 	assert.Equal(t, []string{"core/analyze.resume"}, rec.topics(), "the broker routes")
 	sent := rec.sent["core/analyze.resume"][0]
-	assert.Equal(t, "core", sent.Metadata.Get(routing.ExchangeKey))
+	assert.Equal(t, "core", sent.Metadata.Get(metadata.ExchangeKey))
 	var unroutable *routing.UnroutableError
 	require.ErrorAs(t, rp.Publish("core/nothing.here", message.NewMessage(watermill.NewUUID(), nil)), &unroutable)
 }

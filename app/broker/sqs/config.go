@@ -76,7 +76,7 @@ type Config struct {
 
 	// NackVisibility is the visibility timeout a nacked message gets, i.e. how
 	// long until it is delivered again, in whole seconds up to 12 h, when the
-	// message does not ask for its own delay with broker.NackDelayKey (the
+	// message does not ask for its own delay with metadata.NackDelayKey (the
 	// retry middleware's back-off does). Default 0: at once (the queue's
 	// redrive policy moves it to the DLQ after maxReceiveCount deliveries).
 	NackVisibility time.Duration

@@ -8,11 +8,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
 var _ broker.NackDelayer = (*PubSub)(nil)
 
-// NacksWithDelay reports that a nack honours broker.NackDelayKey: the message
+// NacksWithDelay reports that a nack honours metadata.NackDelayKey: the message
 // is made visible again after the requested delay (see Subscribe).
 func (p *PubSub) NacksWithDelay() bool { return true }
 
@@ -24,15 +25,15 @@ var receiveSystemAttributes = []types.MessageSystemAttributeName{
 
 // setDeliveryMetadata sets what SQS alone knows about a delivery on md, from
 // the received message's system attributes, over whatever a publisher put
-// there: ReceiveCountKey, broker.AttemptKey (ApproximateReceiveCount − 1) and,
-// on a redelivery (ApproximateReceiveCount > 1), broker.FirstFailureKey from
+// there: ReceiveCountKey, metadata.AttemptKey (ApproximateReceiveCount − 1) and,
+// on a redelivery (ApproximateReceiveCount > 1), metadata.FirstFailureKey from
 // ApproximateFirstReceiveTimestamp. A publisher's value of those keys is
-// never delivered, nor a broker.NackDelayKey that came with the message: a
+// never delivered, nor a metadata.NackDelayKey that came with the message: a
 // delay asked for by a nack elsewhere must not delay this consumer's nacks.
 func setDeliveryMetadata(md message.Metadata, attrs map[string]string) {
 	delete(md, ReceiveCountKey)
-	delete(md, broker.FirstFailureKey)
-	delete(md, broker.NackDelayKey)
+	delete(md, metadata.FirstFailureKey)
+	delete(md, metadata.NackDelayKey)
 	attempt := 0
 	if count, ok := attrs[string(types.MessageSystemAttributeNameApproximateReceiveCount)]; ok {
 		md.Set(ReceiveCountKey, count)
@@ -40,7 +41,7 @@ func setDeliveryMetadata(md message.Metadata, attrs map[string]string) {
 			attempt = n - 1
 		}
 	}
-	md.Set(broker.AttemptKey, strconv.Itoa(attempt))
+	md.Set(metadata.AttemptKey, strconv.Itoa(attempt))
 	if attempt == 0 {
 		return
 	}
@@ -49,7 +50,7 @@ func setDeliveryMetadata(md message.Metadata, attrs map[string]string) {
 	raw := attrs[string(types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp)]
 	if ms, err := strconv.ParseInt(raw, 10, 64); err == nil && ms > 0 {
 		if at := time.UnixMilli(ms).UTC(); at.Year() <= maxRFC3339Year {
-			md.Set(broker.FirstFailureKey, at.Format(time.RFC3339Nano))
+			md.Set(metadata.FirstFailureKey, at.Format(time.RFC3339Nano))
 		}
 	}
 }
@@ -60,12 +61,12 @@ func setDeliveryMetadata(md message.Metadata, attrs map[string]string) {
 const maxRFC3339Year = 9999
 
 // nackVisibility is the visibility timeout, in seconds, that a nack of msg
-// sets: broker.NackDelayKey's duration when the message carries a valid one,
+// sets: metadata.NackDelayKey's duration when the message carries a valid one,
 // rounded up to whole seconds and clamped to 0..12 h, else def
 // (Config.NackVisibility).
 func nackVisibility(msg *message.Message, def time.Duration) int32 {
 	d := def
-	if raw, ok := msg.Metadata[broker.NackDelayKey]; ok {
+	if raw, ok := msg.Metadata[metadata.NackDelayKey]; ok {
 		if parsed, err := time.ParseDuration(raw); err == nil {
 			d = parsed
 		}

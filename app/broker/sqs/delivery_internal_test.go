@@ -8,7 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/assert"
 
-	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
 func TestNackVisibility(t *testing.T) {
@@ -31,7 +31,7 @@ func TestNackVisibility(t *testing.T) {
 	} {
 		msg := message.NewMessage("u", nil)
 		if raw != "" {
-			msg.Metadata.Set(broker.NackDelayKey, raw)
+			msg.Metadata.Set(metadata.NackDelayKey, raw)
 		}
 		assert.Equal(t, want, nackVisibility(msg, def), "%q", raw)
 	}
@@ -41,11 +41,11 @@ func TestSetDeliveryMetadata(t *testing.T) {
 	t.Parallel()
 	forged := func() message.Metadata {
 		return message.Metadata{
-			"keep":                 "v",
-			broker.AttemptKey:      "9",
-			broker.FirstFailureKey: "2000-01-01T00:00:00Z",
-			broker.NackDelayKey:    "1h",
-			ReceiveCountKey:        "9",
+			"keep":                   "v",
+			metadata.AttemptKey:      "9",
+			metadata.FirstFailureKey: "2000-01-01T00:00:00Z",
+			metadata.NackDelayKey:    "1h",
+			ReceiveCountKey:          "9",
 		}
 	}
 	first := forged()
@@ -53,7 +53,7 @@ func TestSetDeliveryMetadata(t *testing.T) {
 		"ApproximateReceiveCount":          "1",
 		"ApproximateFirstReceiveTimestamp": "1700000000123",
 	})
-	assert.Equal(t, message.Metadata{"keep": "v", broker.AttemptKey: "0", ReceiveCountKey: "1"}, first)
+	assert.Equal(t, message.Metadata{"keep": "v", metadata.AttemptKey: "0", ReceiveCountKey: "1"}, first)
 
 	again := forged()
 	setDeliveryMetadata(again, map[string]string{
@@ -61,19 +61,19 @@ func TestSetDeliveryMetadata(t *testing.T) {
 		"ApproximateFirstReceiveTimestamp": "1700000000123",
 	})
 	assert.Equal(t, message.Metadata{
-		"keep":                 "v",
-		broker.AttemptKey:      "2",
-		ReceiveCountKey:        "3",
-		broker.FirstFailureKey: "2023-11-14T22:13:20.123Z",
+		"keep":                   "v",
+		metadata.AttemptKey:      "2",
+		ReceiveCountKey:          "3",
+		metadata.FirstFailureKey: "2023-11-14T22:13:20.123Z",
 	}, again)
 
 	noTimestamp := forged()
 	setDeliveryMetadata(noTimestamp, map[string]string{"ApproximateReceiveCount": "2"})
-	assert.Equal(t, message.Metadata{"keep": "v", broker.AttemptKey: "1", ReceiveCountKey: "2"}, noTimestamp)
+	assert.Equal(t, message.Metadata{"keep": "v", metadata.AttemptKey: "1", ReceiveCountKey: "2"}, noTimestamp)
 
 	nothing := forged()
 	setDeliveryMetadata(nothing, nil)
-	assert.Equal(t, message.Metadata{"keep": "v", broker.AttemptKey: "0"}, nothing)
+	assert.Equal(t, message.Metadata{"keep": "v", metadata.AttemptKey: "0"}, nothing)
 }
 
 func TestBatchSizeOfQueue(t *testing.T) {

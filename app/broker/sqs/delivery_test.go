@@ -17,9 +17,10 @@ import (
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/broker/brokertest"
 	"github.com/eventpipe/eventpipe/app/broker/sqs"
+	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
-// A nack with broker.NackDelayKey hides the message for that delay; a nack
+// A nack with metadata.NackDelayKey hides the message for that delay; a nack
 // without it keeps the configured NackVisibility (0: at once). Both are nacked
 // together, so the one without a delay must come back first, and the delayed
 // one not before its delay.
@@ -48,7 +49,7 @@ func TestNackDelay(t *testing.T) {
 		require.True(t, pending[m.UUID], "unexpected delivery of %s before both were nacked", m.UUID)
 		delete(pending, m.UUID)
 		if m.UUID == delayed.UUID {
-			m.Metadata.Set(broker.NackDelayKey, delay.String())
+			m.Metadata.Set(metadata.NackDelayKey, delay.String())
 			nackedAt = time.Now()
 		}
 		require.True(t, m.Nack())
@@ -63,10 +64,10 @@ func TestNackDelay(t *testing.T) {
 	require.True(t, second.Ack())
 	assert.Equal(t, delayed.UUID, second.UUID)
 	assert.GreaterOrEqual(t, waited, delay-500*time.Millisecond, "redelivered before the requested delay")
-	assert.Empty(t, second.Metadata.Get(broker.NackDelayKey), "the delay request is not sent on with the message")
+	assert.Empty(t, second.Metadata.Get(metadata.NackDelayKey), "the delay request is not sent on with the message")
 }
 
-// broker.FirstFailureKey is absent on a first delivery (a publisher's value
+// metadata.FirstFailureKey is absent on a first delivery (a publisher's value
 // included) and, on every redelivery, the time of the first receive.
 func TestFirstFailureTime(t *testing.T) {
 	t.Parallel()
@@ -79,7 +80,7 @@ func TestFirstFailureTime(t *testing.T) {
 		QueueUrl:    aws.String(queueURL(t, c, topic)),
 		MessageBody: aws.String(`{"n":1}`),
 		MessageAttributes: map[string]types.MessageAttributeValue{
-			broker.FirstFailureKey: {DataType: aws.String("String"), StringValue: aws.String("2000-01-01T00:00:00Z")},
+			metadata.FirstFailureKey: {DataType: aws.String("String"), StringValue: aws.String("2000-01-01T00:00:00Z")},
 		},
 	})
 	require.NoError(t, err)
@@ -90,14 +91,14 @@ func TestFirstFailureTime(t *testing.T) {
 	require.NoError(t, err)
 
 	m := brokertest.Next(t, msgs, 10*time.Second)
-	assert.Equal(t, "0", m.Metadata.Get(broker.AttemptKey))
-	assert.NotContains(t, m.Metadata, broker.FirstFailureKey, "a publisher's value is not delivered")
+	assert.Equal(t, "0", m.Metadata.Get(metadata.AttemptKey))
+	assert.NotContains(t, m.Metadata, metadata.FirstFailureKey, "a publisher's value is not delivered")
 	require.True(t, m.Nack())
 
 	var firstSeen string
 	for range 2 {
 		m := brokertest.Next(t, msgs, 10*time.Second)
-		got := m.Metadata.Get(broker.FirstFailureKey)
+		got := m.Metadata.Get(metadata.FirstFailureKey)
 		at, err := time.Parse(time.RFC3339Nano, got)
 		require.NoError(t, err, "%q", got)
 		assert.True(t, strings.HasSuffix(got, "Z"), "UTC: %q", got)

@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/broker/brokertest"
 	"github.com/eventpipe/eventpipe/app/broker/sqs"
+	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
 // FIFO queues: the group comes from x-group-id (or the outbox's ordering
@@ -26,12 +26,12 @@ func TestFIFOPublish(t *testing.T) {
 	queue := brokertest.Topic(t) + ".fifo"
 
 	first := message.NewMessage(watermill.NewUUID(), []byte(`{"seq":1}`))
-	first.Metadata.Set(broker.GroupIDKey, "booking-1")
+	first.Metadata.Set(metadata.GroupIDKey, "booking-1")
 	second := message.NewMessage(watermill.NewUUID(), []byte(`{"seq":2}`))
-	second.Metadata.Set(broker.OrderingKeyKey, "booking-1")
+	second.Metadata.Set(metadata.OrderingKeyKey, "booking-1")
 	require.NoError(t, ps.Publish(queue, first, second))
 	again := message.NewMessage(first.UUID, first.Payload)
-	again.Metadata.Set(broker.GroupIDKey, "booking-1")
+	again.Metadata.Set(metadata.GroupIDKey, "booking-1")
 	require.NoError(t, ps.Publish(queue, again), "a duplicate is accepted and dropped by SQS")
 
 	var invalid *sqs.InvalidMessageError

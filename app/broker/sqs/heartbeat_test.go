@@ -16,9 +16,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/broker/brokertest"
 	"github.com/eventpipe/eventpipe/app/broker/sqs"
+	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
 // queueWithVisibility creates a queue with the given visibility timeout, as
@@ -80,8 +80,8 @@ func TestAttemptNumber(t *testing.T) {
 		QueueUrl:    aws.String(queueURL(t, c, topic)),
 		MessageBody: aws.String(`{"n":1}`),
 		MessageAttributes: map[string]types.MessageAttributeValue{
-			broker.AttemptKey: {DataType: aws.String("String"), StringValue: aws.String("7")},
-			"requestId":       {DataType: aws.String("String"), StringValue: aws.String("r-1")},
+			metadata.AttemptKey: {DataType: aws.String("String"), StringValue: aws.String("7")},
+			"requestId":         {DataType: aws.String("String"), StringValue: aws.String("r-1")},
 		},
 	})
 	require.NoError(t, err)
@@ -96,7 +96,7 @@ func TestAttemptNumber(t *testing.T) {
 		m := brokertest.Next(t, msgs, 10*time.Second)
 		assert.Equal(t, []string{
 			string(rune('0' + want)), string(rune('1' + want)),
-		}, []string{m.Metadata.Get(broker.AttemptKey), m.Metadata.Get(sqs.ReceiveCountKey)},
+		}, []string{m.Metadata.Get(metadata.AttemptKey), m.Metadata.Get(sqs.ReceiveCountKey)},
 			"delivery %d: x-attempt and receive count", want+1)
 		if want < 2 {
 			require.True(t, m.Nack())
@@ -123,7 +123,7 @@ func TestAttemptNumber(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, out.Messages, 1)
 	attrs := out.Messages[0].MessageAttributes
-	assert.NotContains(t, attrs, broker.AttemptKey)
+	assert.NotContains(t, attrs, metadata.AttemptKey)
 	assert.NotContains(t, attrs, sqs.ReceiveCountKey)
 	assert.Equal(t, "r-1", aws.ToString(attrs["requestId"].StringValue), "other metadata is sent on")
 }
@@ -141,7 +141,7 @@ func TestHeartbeatKeepsMessageInvisible(t *testing.T) {
 	msgs, err := ps.Subscribe(context.Background(), topic)
 	require.NoError(t, err)
 	held := brokertest.Next(t, msgs, 10*time.Second)
-	assert.Equal(t, "0", held.Metadata.Get(broker.AttemptKey))
+	assert.Equal(t, "0", held.Metadata.Get(metadata.AttemptKey))
 
 	other := newPubSub(t, queueVisibilityConfig(t))
 	otherMsgs, err := other.Subscribe(context.Background(), topic)

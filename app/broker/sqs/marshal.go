@@ -15,12 +15,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
 // ReceiveCountKey is the metadata key under which a received message carries
 // SQS's ApproximateReceiveCount: 1 on the first delivery. It describes one
 // delivery from one queue, so Marshaler does not send it on. The attempt
-// number derived from it, broker.AttemptKey (ApproximateReceiveCount − 1), is
+// number derived from it, metadata.AttemptKey (ApproximateReceiveCount − 1), is
 // not sent on either.
 const ReceiveCountKey = "sqs_approximate_receive_count"
 
@@ -70,7 +71,7 @@ const OverflowAttribute = "eventpipe-metadata"
 func (Marshaler) Marshal(msg *message.Message) (*types.Message, error) {
 	var keys []string
 	for k, v := range msg.Metadata {
-		if v == "" || k == "" || k == ReceiveCountKey || k == broker.AttemptKey {
+		if v == "" || k == "" || k == ReceiveCountKey || k == metadata.AttemptKey {
 			continue
 		}
 		keys = append(keys, k)
@@ -323,7 +324,7 @@ func attributeRank(k string) int {
 	switch {
 	case !strings.HasPrefix(k, "x-"):
 		return 0
-	case k == "x-trace-id":
+	case k == metadata.TraceIDKey:
 		return 1
 	default:
 		return 2

@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/stretchr/testify/require"
 
-	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
 // FuzzUnmarshal feeds Unmarshal, and the delivery metadata dispatch adds,
@@ -50,16 +50,16 @@ func FuzzUnmarshal(f *testing.F) {
 			sys[string(types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp)] = firstReceive
 		}
 		setDeliveryMetadata(msg.Metadata, sys)
-		attempt, err := strconv.Atoi(msg.Metadata.Get(broker.AttemptKey))
+		attempt, err := strconv.Atoi(msg.Metadata.Get(metadata.AttemptKey))
 		require.NoError(t, err)
 		require.GreaterOrEqual(t, attempt, 0)
-		require.NotContains(t, msg.Metadata, broker.NackDelayKey, "a sender's nack delay is not delivered")
+		require.NotContains(t, msg.Metadata, metadata.NackDelayKey, "a sender's nack delay is not delivered")
 		if count, ok := sys[string(types.MessageSystemAttributeNameApproximateReceiveCount)]; ok {
 			require.Equal(t, count, msg.Metadata[ReceiveCountKey])
 		} else {
 			require.NotContains(t, msg.Metadata, ReceiveCountKey)
 		}
-		if first, ok := msg.Metadata[broker.FirstFailureKey]; ok {
+		if first, ok := msg.Metadata[metadata.FirstFailureKey]; ok {
 			require.Positive(t, attempt, "first failure on a first delivery")
 			at, err := time.Parse(time.RFC3339Nano, first)
 			require.NoError(t, err)
@@ -85,7 +85,7 @@ func FuzzUnmarshal(f *testing.F) {
 		require.Equal(t, string(msg.Payload), string(back.Payload))
 		want := map[string]string{}
 		for k, v := range msg.Metadata {
-			if v != "" && k != "" && k != broker.AttemptKey && k != ReceiveCountKey {
+			if v != "" && k != "" && k != metadata.AttemptKey && k != ReceiveCountKey {
 				want[k] = v
 			}
 		}

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/broker/sqs"
+	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
 // validName restates SQS's rules for attribute names, independently of the
@@ -42,7 +42,7 @@ func TestMarshalerRoundTrip(t *testing.T) {
 	}
 	msg.Metadata.Set("empty", "")
 	msg.Metadata.Set(sqs.ReceiveCountKey, "4")
-	msg.Metadata.Set(broker.AttemptKey, "3")
+	msg.Metadata.Set(metadata.AttemptKey, "3")
 
 	m, err := sqs.Marshaler{}.Marshal(msg)
 	require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
 // PublishError reports the messages of one Publish call that SQS did not
@@ -207,20 +208,20 @@ func isFIFO(queue string) bool { return strings.HasSuffix(queue, ".fifo") }
 var fifoDedupID = regexp.MustCompile(`^[!-~]{1,128}$`)
 
 // fifoIDs returns the message group and deduplication ids of msg for a FIFO
-// queue: the group from broker.GroupIDKey, else broker.OrderingKeyKey (the
+// queue: the group from metadata.GroupIDKey, else metadata.OrderingKeyKey (the
 // outbox's per-aggregate order); the deduplication id from
-// broker.DeduplicationIDKey, else the message id — the event id, so that a
+// metadata.DeduplicationIDKey, else the message id — the event id, so that a
 // relay publishing an event twice within SQS's five-minute window stores it
 // once.
 func fifoIDs(msg *message.Message) (group, dedup string, err error) {
-	group = msg.Metadata.Get(broker.GroupIDKey)
+	group = msg.Metadata.Get(metadata.GroupIDKey)
 	if group == "" {
-		group = msg.Metadata.Get(broker.OrderingKeyKey)
+		group = msg.Metadata.Get(metadata.OrderingKeyKey)
 	}
 	if !fifoDedupID.MatchString(group) {
-		return "", "", &InvalidMessageError{MessageUUID: msg.UUID, Reason: fmt.Sprintf("a FIFO queue needs a message group id (metadata %s or %s) of 1..128 printable ASCII characters, got %q", broker.GroupIDKey, broker.OrderingKeyKey, group)}
+		return "", "", &InvalidMessageError{MessageUUID: msg.UUID, Reason: fmt.Sprintf("a FIFO queue needs a message group id (metadata %s or %s) of 1..128 printable ASCII characters, got %q", metadata.GroupIDKey, metadata.OrderingKeyKey, group)}
 	}
-	dedup = msg.Metadata.Get(broker.DeduplicationIDKey)
+	dedup = msg.Metadata.Get(metadata.DeduplicationIDKey)
 	if dedup == "" {
 		dedup = msg.UUID
 	}

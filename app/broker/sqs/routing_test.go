@@ -15,6 +15,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/broker/brokertest"
 	"github.com/eventpipe/eventpipe/app/broker/routing"
 	"github.com/eventpipe/eventpipe/app/broker/routing/routingtest"
+	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/app/topology"
 )
 
@@ -42,8 +43,8 @@ func TestRoutingOnSQS(t *testing.T) {
 	require.NoError(t, err)
 	got := brokertest.Next(t, msgs, 10*time.Second)
 	assert.Equal(t, sent.UUID, got.UUID)
-	assert.Equal(t, core, got.Metadata.Get(routing.ExchangeKey))
-	assert.Equal(t, "analyze.resume", got.Metadata.Get(routing.RoutingKeyKey))
+	assert.Equal(t, core, got.Metadata.Get(metadata.ExchangeKey))
+	assert.Equal(t, "analyze.resume", got.Metadata.Get(metadata.RoutingKeyKey))
 	got.Ack()
 }
 

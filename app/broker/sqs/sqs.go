@@ -8,13 +8,13 @@
 // for Config.BatchSize messages, and hands every message of a batch out on its
 // own: an ack deletes it (acks that arrive together are deleted together with
 // DeleteMessageBatch), a nack makes it visible again after the delay in its
-// broker.NackDelayKey metadata (rounded up to whole seconds) or else
+// metadata.NackDelayKey (rounded up to whole seconds) or else
 // Config.NackVisibility, and one nack never holds back or gives up the rest of
 // its batch. While a message is handed out and unsettled, a heartbeat extends
 // its visibility (ChangeMessageVisibilityBatch), so a handler may run longer
-// than the visibility timeout. Every message carries broker.AttemptKey
+// than the visibility timeout. Every message carries metadata.AttemptKey
 // (x-attempt), ApproximateReceiveCount − 1, and a redelivered one
-// broker.FirstFailureKey, from ApproximateFirstReceiveTimestamp: the start of
+// metadata.FirstFailureKey, from ApproximateFirstReceiveTimestamp: the start of
 // its first attempt (SQS records no failure time; the first receive is when
 // the attempt that failed first began). watermill-aws's subscriber is not
 // used because it receives one message per call and abandons the rest of a

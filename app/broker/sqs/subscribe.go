@@ -20,22 +20,22 @@ import (
 // consumer that handles messages concurrently (the Watermill router does) gets
 // a whole batch at once, and at most BatchSize×Workers are in flight.
 //
-// Every message carries broker.AttemptKey, the number of its earlier
+// Every message carries metadata.AttemptKey, the number of its earlier
 // deliveries (ApproximateReceiveCount − 1, so 0 on the first), and
 // ReceiveCountKey. Until it is acked or nacked, its visibility is extended
 // before half of the visibility timeout (Config.VisibilityTimeout, or the
 // queue's own, read here once) has passed, so a long handler keeps it.
 //
 // On a redelivery (ApproximateReceiveCount > 1) a message also carries
-// broker.FirstFailureKey: SQS's ApproximateFirstReceiveTimestamp, the time of
+// metadata.FirstFailureKey: SQS's ApproximateFirstReceiveTimestamp, the time of
 // its first receive, i.e. when the first (failed) attempt started, to the
 // millisecond, in RFC 3339 UTC. SQS keeps no failure times of its own, so this
 // is the closest it knows; it is absent on a first delivery. A publisher's
-// value of any of these keys is dropped, and so is a broker.NackDelayKey that
+// value of any of these keys is dropped, and so is a metadata.NackDelayKey that
 // came with the message.
 //
 // Ack deletes the message. Nack makes it visible again after the duration in
-// its broker.NackDelayKey metadata when it has a valid one (rounded up to
+// its metadata.NackDelayKey when it has a valid one (rounded up to
 // whole seconds, clamped to 0..12 h), else after Config.NackVisibility. A
 // message that cannot be unmarshaled is logged and left alone: it comes back
 // after the queue's visibility timeout and the redrive policy dead-letters it. Receive errors are logged and retried with

@@ -52,11 +52,11 @@ import (
 	"github.com/eventpipe/eventpipe/app/failure"
 	"github.com/eventpipe/eventpipe/app/inbox"
 	"github.com/eventpipe/eventpipe/app/llm"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/topology"
 	"github.com/eventpipe/eventpipe/handlers/stackup/catalog"
 	"github.com/eventpipe/eventpipe/handlers/stackup/envelope"
-	"github.com/eventpipe/eventpipe/middleware"
 )
 
 // MaxErrorMessage caps errorMessage, in characters (§6: "500자 상한").
@@ -263,7 +263,7 @@ func (w *Worker) guard(consumer string, t catalog.Type, vh VersionHandler, maxAt
 			unmark("error without a callback")
 			return perr
 		}
-		if retryable(perr) && middleware.Attempt(ctx) < maxAttempts {
+		if retryable(perr) && msgctx.Attempt(ctx) < maxAttempts {
 			unmark("retrying")
 			return perr
 		}

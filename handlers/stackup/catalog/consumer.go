@@ -12,10 +12,10 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/topology"
 	"github.com/eventpipe/eventpipe/handlers/stackup/envelope"
-	"github.com/eventpipe/eventpipe/middleware"
 )
 
 // Delivery is one message that decoded and validated, handed to the handler
@@ -122,9 +122,11 @@ func (c Consumer) handle(msg *message.Message) error {
 		p, err = c.Catalog.DecodePayload(env)
 	}
 	if err != nil {
+		// Not msgctx.Logger: like Delivery.Attrs, the lines about a StackUp
+		// message name it by its envelope's ids whenever it decoded that far.
 		c.Logger.WarnContext(ctx, "stackup message rejected",
 			slog.String("message_id", firstNonEmpty(env.MessageID, msg.UUID)),
-			slog.String("trace_id", firstNonEmpty(env.TraceID, middleware.TraceID(ctx))),
+			slog.String("trace_id", firstNonEmpty(env.TraceID, msgctx.TraceID(ctx))),
 			slog.String("queue", c.Queue),
 			slog.Any("error", err))
 		return err

@@ -18,12 +18,12 @@ import (
 	"time"
 
 	"github.com/eventpipe/eventpipe/app/inbox"
+	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/outbox"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/topology"
 	"github.com/eventpipe/eventpipe/handlers/stackup/catalog"
 	"github.com/eventpipe/eventpipe/handlers/stackup/envelope"
-	"github.com/eventpipe/eventpipe/middleware"
 )
 
 // Config configures a Service.
@@ -367,8 +367,8 @@ func (s *Service) applyVoice(ctx context.Context, d catalog.Delivery) error {
 // traceOf continues ctx's trace (a request made while handling a message),
 // or starts one.
 func traceOf(ctx context.Context) string {
-	if id := middleware.TraceID(ctx); id != "" {
+	if id := msgctx.TraceID(ctx); id != "" {
 		return id
 	}
-	return middleware.NewTraceID()
+	return msgctx.NewTraceID()
 }

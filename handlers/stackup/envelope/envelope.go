@@ -23,9 +23,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 
-	"github.com/eventpipe/eventpipe/app/broker/routing"
 	"github.com/eventpipe/eventpipe/app/failure"
-	"github.com/eventpipe/eventpipe/middleware"
+	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
 // Metadata keys the envelope's transport properties travel under. On
@@ -162,12 +161,12 @@ func (e Envelope) Validate() error {
 	return nil
 }
 
-// RoutingKey returns the routing key msg was published with (metadata
-// routing.RoutingKeyKey: set by the routing publisher on every broker), or
+// RoutingKey returns the routing key msg was published with
+// (metadata.RoutingKeyKey: set by the routing publisher on every broker), or
 // "" when it carries none — a message published straight to a queue, like
 // §9's smoke test through rabbitmqadmin.
 func RoutingKey(msg *message.Message) string {
-	return msg.Metadata.Get(routing.RoutingKeyKey)
+	return msg.Metadata.Get(metadata.RoutingKeyKey)
 }
 
 // CheckRoutingKey enforces §3 "messageType: routing key와 동일": a message
@@ -218,7 +217,7 @@ func Marshal(ctx context.Context, e Envelope, correlationID string) (*message.Me
 	msg.SetContext(ctx)
 	msg.Metadata.Set(ContentTypeKey, ContentType)
 	msg.Metadata.Set(ContentEncodingKey, ContentEncoding)
-	msg.Metadata.Set(middleware.TraceIDKey, e.TraceID)
+	msg.Metadata.Set(metadata.TraceIDKey, e.TraceID)
 	if correlationID != "" {
 		msg.Metadata.Set(CorrelationIDKey, correlationID)
 	}

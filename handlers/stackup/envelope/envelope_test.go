@@ -11,10 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventpipe/eventpipe/app/broker/rabbitmq"
-	"github.com/eventpipe/eventpipe/app/broker/routing"
 	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/handlers/stackup/envelope"
-	"github.com/eventpipe/eventpipe/middleware"
 )
 
 // smoke is §9's message, byte for byte.
@@ -86,9 +85,9 @@ func TestRoutingKey(t *testing.T) {
 	require.NoError(t, err)
 	msg := message.NewMessage("x", []byte(smoke))
 	require.NoError(t, e.CheckRoutingKey(msg), "no routing key (published to the queue): its own messageType")
-	msg.Metadata.Set(routing.RoutingKeyKey, "analyze.resume")
+	msg.Metadata.Set(metadata.RoutingKeyKey, "analyze.resume")
 	require.NoError(t, e.CheckRoutingKey(msg))
-	msg.Metadata.Set(routing.RoutingKeyKey, "analyze.web")
+	msg.Metadata.Set(metadata.RoutingKeyKey, "analyze.web")
 	err = e.CheckRoutingKey(msg)
 	require.ErrorContains(t, err, `differs from the routing key "analyze.web"`)
 	assert.Equal(t, failure.Permanent, failure.Of(err))
@@ -104,7 +103,7 @@ func TestMarshal(t *testing.T) {
 	assert.Equal(t, "application/json", msg.Metadata.Get(envelope.ContentTypeKey))
 	assert.Equal(t, "utf-8", msg.Metadata.Get(envelope.ContentEncodingKey))
 	assert.Equal(t, "request-id", msg.Metadata.Get(envelope.CorrelationIDKey))
-	assert.Equal(t, "local-test", msg.Metadata.Get(middleware.TraceIDKey))
+	assert.Equal(t, "local-test", msg.Metadata.Get(metadata.TraceIDKey))
 	back, err := envelope.DecodeStrict(msg.Payload)
 	require.NoError(t, err)
 	assert.Equal(t, e, back)

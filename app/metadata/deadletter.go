@@ -1,4 +1,4 @@
-package broker
+package metadata
 
 import (
 	"encoding/json"
