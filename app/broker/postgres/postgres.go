@@ -111,7 +111,7 @@ import (
 )
 
 // PubSub is the PostgreSQL broker. It implements broker.PubSub, broker.Pinger,
-// broker.NackDelayer and message.SubscribeInitializer.
+// broker.NackDelayer, broker.QueueStatter and message.SubscribeInitializer.
 type PubSub struct {
 	cfg    Config
 	logger watermill.LoggerAdapter
