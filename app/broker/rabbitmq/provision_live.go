@@ -9,10 +9,11 @@ package rabbitmq
 // bindings on the declared exchanges that nobody declared (Extra). AMQP alone
 // cannot do this: a passive declare reports neither arguments nor bindings, and
 // an active one changes the broker. The management HTTP API could, but it is a
-// plugin that is off on this project's brokers (enabling it is a node-wide
-// change), whereas rabbitmqctl ships with every node; the list commands are
-// scoped to the one vhost, unlike export_definitions, which would also carry
-// every user's password hash. Diff takes a Live value, so a reader of the
+// plugin a node may not run (QueueStats, which has no other source of
+// unacknowledged counts, copes without it), whereas rabbitmqctl ships with
+// every node; the list commands are scoped to the one vhost, unlike
+// export_definitions, which would also carry every user's password hash.
+// Diff takes a Live value, so a reader of the
 // management API (GET /api/queues/VHOST, …) could feed it instead. The cost:
 // Plan must run where rabbitmqctl can reach the node (its host or a container
 // sharing its Erlang cookie), and each call boots an Erlang VM (≈1 s; the three
