@@ -10,7 +10,9 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -93,4 +95,85 @@ type Provisioner interface {
 	// change in place, idempotently. It never deletes or recreates a queue:
 	// what it cannot change is returned, with the operator's fix.
 	Apply(ctx context.Context, t topology.Topology) (unresolved topology.Plan, err error)
+}
+
+// QueueStatter is implemented by adapters that can count the messages of a
+// queue: the drain-to-zero gate of a deploy (nothing ready, in flight or
+// delayed) and a failed-message console (a queue's and its dead-letter
+// queue's depth, what is in flight, the oldest message's age) both use it.
+// The memory broker does not implement it: its messages live in the process
+// and do not survive a deploy.
+type QueueStatter interface {
+	// QueueStats counts the messages of queue, a queue name as Subscribe
+	// takes it (on every broker with queues, a topic is a queue). A queue
+	// that does not exist is an error wrapping ErrQueueNotFound, never zero
+	// counts: a misspelt name must not pass a drain gate.
+	QueueStats(ctx context.Context, queue string) (QueueStats, error)
+}
+
+// ErrQueueNotFound is wrapped by QueueStats for a queue the broker does not
+// have. Callers branch on it with errors.Is.
+var ErrQueueNotFound = errors.New("queue not found")
+
+// QueueStats is what a broker tells about one queue's messages at one moment.
+// Each message is counted once, in the state it is in.
+type QueueStats struct {
+	// Queue is the queue counted.
+	Queue string
+	// Ready is the number of messages a consumer could receive now: SQS's
+	// visible messages, RabbitMQ's ready ones, the Postgres broker's rows
+	// available and not claimed.
+	Ready int64
+	// InFlight is the number of messages delivered to a consumer and not
+	// yet acked or nacked; they come back if the consumer fails. It means
+	// something only when InFlightKnown.
+	InFlight int64
+	// InFlightKnown is false when the broker could not count the messages
+	// in flight (RabbitMQ without its management API; Note says why). The
+	// queue is then never Empty.
+	InFlightKnown bool
+	// Delayed is the number of messages stored but not deliverable yet: a
+	// delivery delay, or a nacked message waiting out its redelivery delay
+	// (SQS's delayed messages, the Postgres broker's rows available later).
+	// RabbitMQ has no delayed messages.
+	Delayed int64
+	// OldestAge is the age of the oldest message in the queue, in any
+	// state; 0 when the queue is empty or the broker does not report it
+	// (SQS reports it to CloudWatch only, RabbitMQ not at all).
+	OldestAge time.Duration
+	// Approximate is true when the counts lag behind the queue (SQS's are
+	// eventually consistent, about a minute; AWS advises seeing zero for
+	// several minutes in a row before trusting it).
+	Approximate bool
+	// Note says, for an operator, what is unknown or approximate and why;
+	// empty when every count is exact.
+	Note string
+}
+
+// Total is the number of messages the queue holds as far as known: Ready,
+// InFlight and Delayed.
+func (s QueueStats) Total() int64 { return s.Ready + s.InFlight + s.Delayed }
+
+// Empty reports whether the queue holds no message for certain: nothing
+// ready, in flight or delayed, and the messages in flight were counted.
+func (s QueueStats) Empty() bool { return s.InFlightKnown && s.Total() == 0 }
+
+// String is one line for a log or a console: "q: 3 ready, 1 in flight, 0
+// delayed, oldest 2m0s (approximate)".
+func (s QueueStats) String() string {
+	inFlight := "in flight unknown"
+	if s.InFlightKnown {
+		inFlight = fmt.Sprintf("%d in flight", s.InFlight)
+	}
+	out := fmt.Sprintf("%s: %d ready, %s, %d delayed", s.Queue, s.Ready, inFlight, s.Delayed)
+	if s.OldestAge > 0 {
+		out += fmt.Sprintf(", oldest %s", s.OldestAge.Round(time.Second))
+	}
+	if s.Approximate {
+		out += " (approximate)"
+	}
+	if s.Note != "" {
+		out += " — " + s.Note
+	}
+	return out
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/eventpipe/eventpipe/app"
 	"github.com/eventpipe/eventpipe/app/broker"
-	"github.com/eventpipe/eventpipe/app/broker/rabbitmq"
 	"github.com/eventpipe/eventpipe/app/topology"
 	"github.com/eventpipe/eventpipe/config"
 )
@@ -226,7 +225,7 @@ func (e *env) topologyExportCmd() *cobra.Command {
 			if err != nil {
 				return usageError{err}
 			}
-			data, err := rabbitmq.ExportDefinitions(merged, vhost)
+			data, err := app.ExportDefinitions(merged, vhost)
 			if err != nil {
 				return err
 			}

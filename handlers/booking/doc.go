@@ -45,9 +45,11 @@
 //
 // # Drain-to-zero gate
 //
-// CheckDrained reports whether the queue and its DLQ hold no messages, the
-// gate before promoting a release that changes the message-body schema
-// (§"DLQ posture"). SQSDepth, PostgresDepth and RabbitMQDepth count
-// messages; the embedded broker has nothing that survives a deploy and
-// answers ErrDepthNotSupported.
+// CheckDrained reports whether the queue and its DLQ hold no messages
+// (ready, in flight or delayed), the gate before promoting a release that
+// changes the message-body schema (§"DLQ posture"). It counts through the
+// broker's broker.QueueStatter capability (SQS, RabbitMQ and PostgreSQL
+// have it; the embedded broker has nothing that survives a deploy), so this
+// package needs no broker client. A count the broker cannot give (RabbitMQ's
+// in-flight messages without its management API) keeps the gate shut.
 package booking

@@ -43,6 +43,16 @@ type Features struct {
 	// back; brokers that redeliver after a visibility timeout need longer.
 	// Defaults to 30 s.
 	RedeliveryTimeout time.Duration
+
+	// QueueStats is true when the PubSub implements broker.QueueStatter:
+	// the suite checks its counts (ready, in flight, drained) and that an
+	// unknown queue is an error. False checks that it does not claim to.
+	QueueStats bool
+
+	// InFlightMayBeUnknown lets QueueStats report InFlightKnown=false
+	// (RabbitMQ without its management API). Off, an unknown in-flight
+	// count fails the suite.
+	InFlightMayBeUnknown bool
 }
 
 // Constructor returns a fresh PubSub for one test. It registers its own
@@ -76,6 +86,7 @@ func Run(t *testing.T, f Features, newPubSub Constructor) {
 		{"NackRedelivers", true, testNackRedelivers},
 		{"ConcurrentSubscribersOneQueue", true, testConcurrentSubscribers},
 		{"PublishAfterConnectionDrop", false, testPublishAfterConnectionDrop},
+		{"QueueStats", true, testQueueStats},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -384,6 +395,84 @@ func testPublishAfterConnectionDrop(t *testing.T, f Features, newPubSub Construc
 		// "before" may be redelivered if its ack was lost with the connection.
 		require.Equal(t, before.UUID, got.UUID)
 	}
+}
+
+func testQueueStats(t *testing.T, f Features, newPubSub Constructor) {
+	ps := newPubSub(t)
+	closeOnCleanup(t, ps)
+	statter, ok := ps.(broker.QueueStatter)
+	if !f.QueueStats {
+		require.False(t, ok, "the PubSub implements broker.QueueStatter: set Features.QueueStats")
+		t.Skip("broker cannot count a queue's messages")
+	}
+	require.True(t, ok, "Features.QueueStats is set but the PubSub does not implement broker.QueueStatter")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	// Counts may lag (SQS's are approximate, RabbitMQ's management API
+	// collects every few seconds and knows a new queue a little later): each
+	// expectation is awaited, in-flight known included unless the broker may
+	// not know it at all.
+	const wait = 30 * time.Second
+	var last broker.QueueStats
+	await := func(what string, cond func(broker.QueueStats) bool) {
+		t.Helper()
+		deadline := time.Now().Add(wait)
+		for {
+			s, err := statter.QueueStats(ctx, last.Queue)
+			require.NoError(t, err)
+			require.Equal(t, last.Queue, s.Queue)
+			last = s
+			if cond(s) && (s.InFlightKnown || f.InFlightMayBeUnknown) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within %s; last: %s", what, wait, s)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+
+	missing := Topic(t)
+	_, err := statter.QueueStats(ctx, missing)
+	require.ErrorIs(t, err, broker.ErrQueueNotFound, "a queue that does not exist is an error, never zeros")
+	assert.Contains(t, err.Error(), missing)
+
+	last.Queue = Topic(t)
+	initialize(t, ps, last.Queue)
+	await("an initialized queue is empty", func(s broker.QueueStats) bool {
+		return s.Total() == 0 && (s.Empty() || !s.InFlightKnown)
+	})
+
+	const n = 3
+	for i := range n {
+		require.NoError(t, ps.Publish(last.Queue, message.NewMessage(watermill.NewUUID(), fmt.Appendf(nil, "stats %d", i))))
+	}
+	await("published messages are ready", func(s broker.QueueStats) bool {
+		return s.Ready == n && s.InFlight == 0 && s.Delayed == 0
+	})
+	assert.False(t, last.Empty(), last.String())
+
+	subCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	msgs, err := ps.Subscribe(subCtx, last.Queue)
+	require.NoError(t, err)
+	held := Next(t, msgs, 30*time.Second)
+	if last.InFlightKnown || !f.InFlightMayBeUnknown {
+		await("a message taken and not acked is in flight", func(s broker.QueueStats) bool {
+			return s.InFlight >= 1 && s.Total() == n
+		})
+	}
+	assert.False(t, last.Empty(), "a message in flight is not drained: %s", last)
+
+	held.Ack()
+	receive(t, msgs, n-1, 30*time.Second)
+	if f.InFlightMayBeUnknown && !last.InFlightKnown {
+		await("acked messages are gone", func(s broker.QueueStats) bool { return s.Ready == 0 && s.Delayed == 0 })
+		assert.False(t, last.Empty(), "in flight unknown: never reported drained")
+		return
+	}
+	await("every message acked: drained", broker.QueueStats.Empty)
 }
 
 // Next returns the next message from msgs, without acking it, or fails the

@@ -52,6 +52,7 @@ func TestConformance(t *testing.T) {
 		CompetingConsumers: true,
 		DropConnections:    dropConnections,
 		RedeliveryTimeout:  postgres.DefaultRedeliveryDelay + 5*time.Second,
+		QueueStats:         true,
 	}, func(t *testing.T) broker.PubSub {
 		return newPubSub(t, testConfig(t))
 	})

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"bytes"
+	"context"
 	stdsql "database/sql"
 	"encoding/json"
 	"fmt"
@@ -434,4 +435,58 @@ func (s *nackSet) take(m *message.Message) (nack, bool) {
 	n, ok := s.m[m]
 	delete(s.m, m)
 	return n, ok
+}
+
+// SubscribeInitialize creates the schema and the topic's table if they do not
+// exist, whatever AutoInitializeSchema says: it is the provisioning step.
+func (p *PubSub) SubscribeInitialize(topic string) error {
+	if err := p.schema.checkTopic(topic); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return p.ensureTable(ctx, topic)
+}
+
+// ensureTable creates the topic's table once per PubSub.
+func (p *PubSub) ensureTable(ctx context.Context, topic string) error {
+	if _, ok := p.initialized.Load(topic); ok {
+		return nil
+	}
+	queries, err := p.schema.SchemaInitializingQueries(wsql.SchemaInitializingQueriesParams{Topic: topic})
+	if err != nil {
+		return err
+	}
+	err = pgx.BeginFunc(ctx, p.publishPool, func(tx pgx.Tx) error {
+		for _, q := range queries {
+			if _, err := tx.Exec(ctx, q.Query, q.Args...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: create queue table %s: %w", p.schema.table(topic), err)
+	}
+	p.initialized.Store(topic, struct{}{})
+	return nil
+}
+
+// checkTable fails a subscription to a topic whose table is missing, instead
+// of letting it poll and log the same error forever.
+func (p *PubSub) checkTable(ctx context.Context, topic string) error {
+	if _, ok := p.initialized.Load(topic); ok {
+		return nil
+	}
+	var exists bool
+	err := p.consumePool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, p.schema.table(topic)).Scan(&exists)
+	if err != nil {
+		return fmt.Errorf("postgres: look up queue table %s: %w", p.schema.table(topic), err)
+	}
+	if !exists {
+		return fmt.Errorf("postgres: subscribe %s: queue table %s does not exist: create it with SubscribeInitialize or enable AutoInitializeSchema",
+			topic, p.schema.table(topic))
+	}
+	p.initialized.Store(topic, struct{}{})
+	return nil
 }

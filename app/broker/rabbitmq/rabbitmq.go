@@ -104,6 +104,16 @@ type Config struct {
 	// ConnectionName labels the connections in RabbitMQ's management UI and
 	// rabbitmqctl, suffixed with "publish" and "consume". Default "eventpipe".
 	ConnectionName string
+
+	// ManagementURL is the base URL of RabbitMQ's management HTTP API (the
+	// rabbitmq_management plugin), http[s]://[user:password@]host:port,
+	// where QueueStats reads the messages in flight: RabbitMQ reports
+	// unacknowledged messages nowhere else. Without user and password it
+	// logs in with URL's. Default: URL's host on the plugin's default port,
+	// http://host:15672 (https://host:15671 for amqps). When the API does
+	// not answer, QueueStats still counts the ready messages and says the
+	// in-flight count is unknown.
+	ManagementURL string
 }
 
 func (c *Config) setDefaults() {
@@ -127,6 +137,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ConnectionName == "" {
 		c.ConnectionName = "eventpipe"
+	}
+	if c.ManagementURL == "" {
+		c.ManagementURL = defaultManagementURL(c.URL)
 	}
 }
 
@@ -168,11 +181,16 @@ func (c Config) Validate() error {
 	if c.ReconnectMaxInterval < c.ReconnectInitialInterval {
 		errs = append(errs, fmt.Errorf("rabbitmq: reconnect max interval %s is below the initial interval %s", c.ReconnectMaxInterval, c.ReconnectInitialInterval))
 	}
+	if c.ManagementURL != "" {
+		if err := validManagementURL(c.ManagementURL); err != nil {
+			errs = append(errs, fmt.Errorf("rabbitmq: management url: %w", err))
+		}
+	}
 	return errors.Join(errs...)
 }
 
-// PubSub is the RabbitMQ broker. It implements broker.PubSub, broker.Pinger
-// and message.SubscribeInitializer.
+// PubSub is the RabbitMQ broker. It implements broker.PubSub, broker.Pinger,
+// broker.Provisioner, broker.QueueStatter and message.SubscribeInitializer.
 //
 // It holds two connections, one to publish and one to consume, as RabbitMQ
 // advises: under flow control or a memory alarm the broker stops reading from

@@ -48,6 +48,8 @@ func TestConformance(t *testing.T) {
 		Watermill:          queueFeatures(true),
 		CompetingConsumers: true,
 		DropConnections:    func(t *testing.T) { dropConnections(t, vhost) },
+		// .ci/services enables the management plugin: in flight is known.
+		QueueStats: true,
 	}, func(t *testing.T) broker.PubSub {
 		return newPubSub(t, amqpURL, nil)
 	})
@@ -475,6 +477,7 @@ func TestConfigValidate(t *testing.T) {
 			URL: "amqp://localhost/", Prefetch: -1, ChannelPoolSize: -1, QueueType: "stream",
 		}, []string{"prefetch -1", "channel pool size -1", `queue type "stream"`}},
 		{"prefetch too large", rabbitmq.Config{URL: "amqp://localhost/", Prefetch: 70000}, []string{"exceeds 65535"}},
+		{"management url", rabbitmq.Config{URL: "amqp://localhost/", ManagementURL: "amqp://localhost:15672"}, []string{"management url", "want an http or https URL"}},
 		{"queue type with a topology", rabbitmq.Config{
 			URL: "amqp://localhost/", QueueType: rabbitmq.QueueQuorum, Topology: rejectOverflow{},
 		}, []string{"queue type applies to auto-declared queues only"}},

@@ -47,7 +47,8 @@ import (
 var ErrClosed = errors.New("sqs: pubsub closed")
 
 // QueueNotFoundError is returned by Publish and Subscribe for a topic whose
-// queue does not exist while Config.CreateQueues is off.
+// queue does not exist while Config.CreateQueues is off, and by QueueStats.
+// It is broker.ErrQueueNotFound for errors.Is.
 type QueueNotFoundError struct {
 	Topic string
 	Queue string
@@ -58,8 +59,11 @@ func (e *QueueNotFoundError) Error() string {
 	return fmt.Sprintf("sqs: queue %q for topic %q does not exist (provision the topology, or set CreateQueues)", e.Queue, e.Topic)
 }
 
+// Is makes the error broker.ErrQueueNotFound for errors.Is.
+func (e *QueueNotFoundError) Is(target error) bool { return target == broker.ErrQueueNotFound }
+
 // PubSub is the SQS broker. It implements broker.PubSub, broker.Pinger,
-// broker.NackDelayer and message.SubscribeInitializer. It holds no connection
+// broker.NackDelayer, broker.QueueStatter and message.SubscribeInitializer. It holds no connection
 // (SQS is HTTP), so it needs no reconnecting; Close ends its subscriptions.
 type PubSub struct {
 	cfg    Config

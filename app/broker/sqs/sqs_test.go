@@ -151,6 +151,7 @@ func TestConformance(t *testing.T) {
 		DropConnections: nil,
 		// A nack sets visibility 0: redelivery is immediate.
 		RedeliveryTimeout: 5 * time.Second,
+		QueueStats:        true,
 	}, func(t *testing.T) broker.PubSub {
 		return newPubSub(t, testConfig(t))
 	})

@@ -1,0 +1,179 @@
+package postgres
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Config configures the PostgreSQL broker. The zero value of every field but
+// DSN means its default.
+type Config struct {
+	// DSN is a PostgreSQL URL or key=value string, e.g.
+	// postgres://user:pass@host:5432/db?sslmode=disable. Required.
+	DSN string
+
+	// ApplicationName is reported to PostgreSQL (pg_stat_activity) for every
+	// connection, so that an operator can tell this broker's connections apart
+	// and terminate them. Default: the DSN's application_name, else "eventpipe".
+	ApplicationName string
+
+	// MaxConns bounds the consuming pool (it overrides the DSN's
+	// pool_max_conns). A subscription holds one connection for as long as it
+	// works through a batch, so subscriptions beyond MaxConns wait for one
+	// another. Default 16.
+	MaxConns int
+
+	// MaxPublishConns bounds the publishing pool. It is separate from the
+	// consuming pool because a handler that publishes while every consuming
+	// connection is held by a batch in progress (its own included) would wait
+	// for a connection that only its own ack can free. Default 4.
+	MaxPublishConns int
+
+	// ConnectTimeout bounds one connection attempt when the DSN sets no
+	// connect_timeout. Default 5 s.
+	ConnectTimeout time.Duration
+
+	// PollInterval is how long an idle subscription waits before looking for
+	// new rows again: the delivery latency of a message published to an idle
+	// queue, and one short transaction per idle subscription per interval.
+	// Default 250 ms.
+	PollInterval time.Duration
+
+	// RetryInterval is how long a subscription waits after a database error
+	// before it queries again. Default 1 s.
+	RetryInterval time.Duration
+
+	// BatchSize is how many rows a subscription claims at once. Larger batches
+	// cost fewer transactions, but the rows of a claimed batch wait for this
+	// subscriber even when others are idle. Default 10, at most 1000.
+	BatchSize int
+
+	// AckDeadline is how long a delivered message may stay unacknowledged.
+	// After that the subscription gives the rest of its batch back (the
+	// message is delivered again) and moves on. Set it above the slowest
+	// handler, as a visibility timeout. Default 30 s.
+	AckDeadline time.Duration
+
+	// RedeliveryDelay is how long a nacked message stays invisible before any
+	// subscriber may claim it again, unless the message asks for its own delay
+	// with metadata.NackDelayKey (the retry middleware's back-off does; its
+	// delay then replaces this one, even when shorter). Default 1 s.
+	RedeliveryDelay time.Duration
+
+	// Schema is the PostgreSQL schema holding the queue tables. Default
+	// "eventpipe".
+	Schema string
+
+	// TablePrefix is prepended to a topic to name its table. Prefix and topic
+	// together must fit PostgreSQL's 63-byte identifiers. Default "queue_".
+	TablePrefix string
+
+	// AutoInitializeSchema creates the schema and a topic's table on first
+	// publish or subscribe. Off, the tables must have been created (by
+	// SubscribeInitialize, as provisioning and migrations do).
+	AutoInitializeSchema bool
+}
+
+// Defaults, in one place.
+const (
+	DefaultApplicationName = "eventpipe"
+	DefaultMaxConns        = 16
+	DefaultMaxPublishConns = 4
+	DefaultConnectTimeout  = 5 * time.Second
+	DefaultPollInterval    = 250 * time.Millisecond
+	DefaultRetryInterval   = time.Second
+	DefaultBatchSize       = 10
+	DefaultAckDeadline     = 30 * time.Second
+	DefaultRedeliveryDelay = time.Second
+	DefaultSchema          = "eventpipe"
+	DefaultTablePrefix     = "queue_"
+
+	// MaxBatchSize caps BatchSize: every claimed row stays locked until the
+	// whole batch is handled.
+	MaxBatchSize = 1000
+)
+
+func (c *Config) setDefaults() {
+	if c.MaxConns == 0 {
+		c.MaxConns = DefaultMaxConns
+	}
+	if c.MaxPublishConns == 0 {
+		c.MaxPublishConns = DefaultMaxPublishConns
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.RetryInterval == 0 {
+		c.RetryInterval = DefaultRetryInterval
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.AckDeadline == 0 {
+		c.AckDeadline = DefaultAckDeadline
+	}
+	if c.RedeliveryDelay == 0 {
+		c.RedeliveryDelay = DefaultRedeliveryDelay
+	}
+	if c.Schema == "" {
+		c.Schema = DefaultSchema
+	}
+	if c.TablePrefix == "" {
+		c.TablePrefix = DefaultTablePrefix
+	}
+}
+
+// Validate reports every problem with the configuration, joined. New calls it
+// after filling in defaults, so zero values pass.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("postgres: "+format, args...))
+	}
+	if strings.TrimSpace(c.DSN) == "" {
+		add("DSN is required")
+	} else if _, err := pgxpool.ParseConfig(c.DSN); err != nil {
+		add("DSN: %w", err)
+	}
+	if len(c.ApplicationName) > maxIdentifierBytes {
+		add("application name %q is longer than %d bytes (PostgreSQL would truncate it)", c.ApplicationName, maxIdentifierBytes)
+	}
+	if c.MaxConns < 0 {
+		add("max conns must not be negative, got %d", c.MaxConns)
+	}
+	if c.MaxPublishConns < 0 {
+		add("max publish conns must not be negative, got %d", c.MaxPublishConns)
+	}
+	if c.ConnectTimeout < 0 {
+		add("connect timeout must not be negative, got %s", c.ConnectTimeout)
+	}
+	if c.PollInterval < 0 {
+		add("poll interval must not be negative, got %s", c.PollInterval)
+	}
+	if c.RetryInterval < 0 {
+		add("retry interval must not be negative, got %s", c.RetryInterval)
+	}
+	if c.BatchSize < 0 || c.BatchSize > MaxBatchSize {
+		add("batch size must be between 0 (default) and %d, got %d", MaxBatchSize, c.BatchSize)
+	}
+	if c.AckDeadline < 0 {
+		add("ack deadline must not be negative, got %s", c.AckDeadline)
+	}
+	if c.RedeliveryDelay < 0 {
+		add("redelivery delay must not be negative, got %s", c.RedeliveryDelay)
+	}
+	if len(c.Schema) > maxIdentifierBytes {
+		add("schema %q is longer than %d bytes", c.Schema, maxIdentifierBytes)
+	}
+	if len(c.TablePrefix) >= maxIdentifierBytes {
+		add("table prefix %q leaves no room for a topic in %d bytes", c.TablePrefix, maxIdentifierBytes)
+	}
+	return errors.Join(errs...)
+}
