@@ -18,6 +18,11 @@ import (
 //	GET /readyz   200 when the router runs and the broker (and database, when
 //	              configured) answer; 503 with the failing checks otherwise
 //	GET /metrics  Prometheus metrics
+//
+// and, when the join-link spec runs with its admin token configured, the
+// join-link admin API under /program-session/ (PATCH
+// /program-session/{id}/link-generation; joinlink.API, with its own bearer
+// token and error envelope).
 func (s *Service) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
