@@ -93,8 +93,8 @@ func TestComposeServices(t *testing.T) {
 	}
 }
 
-// TestSQSEmulator checks the emulator is the one the tests run
-// (shared/ENVIRONMENT.md), on the port everything else expects.
+// TestSQSEmulator checks the emulator is the one the tests run (fauxqs
+// 2.4.1 on Node 22, decision 0004), on the port everything else expects.
 func TestSQSEmulator(t *testing.T) {
 	t.Parallel()
 	svc, err := loadProject(t).GetService("sqs")

@@ -119,8 +119,8 @@ type Config struct {
 	Booking Booking `yaml:"booking" envPrefix:"BOOKING_"`
 }
 
-// Booking configures the booking spec (specs/booking-session-fifo-pipeline.md,
-// handlers/booking): the booking-session-processor on
+// Booking configures the booking session FIFO pipeline spec
+// (handlers/booking): the booking-session-processor on
 // booking-session-events.fifo, idempotent on the body's eventId. Its store and
 // inbox are PostgreSQL when postgres.dsn is set, in memory otherwise.
 type Booking struct {
@@ -131,8 +131,8 @@ type Booking struct {
 	SampleTraffic bool `yaml:"sample_traffic" env:"SAMPLE_TRAFFIC" doc:"At start, enqueue a sample booking session's events over HTTP and Socket.IO, one of them on both (make run)."`
 }
 
-// JoinLink configures the join-link spec (specs/join-link-scheduled-generation-trd.md,
-// handlers/joinlink): the processor on join-link-generation, the in-process
+// JoinLink configures the join-link scheduled-generation spec
+// (handlers/joinlink): the processor on join-link-generation, the in-process
 // scheduler (EventBridge's role), the 4-hourly fallback sweep and the admin
 // API. Store and schedules are PostgreSQL when postgres.dsn is set, in memory
 // otherwise. bulkRegister is an in-memory fake for now.
@@ -155,8 +155,8 @@ type JoinLink struct {
 	AdminTokenEnv string `yaml:"admin_token_env" env:"ADMIN_TOKEN_ENV" doc:"Name of the environment variable holding the admin API's bearer token; the API is off when it is unset."`
 }
 
-// Disputes configures the disputes spec (specs/outbox-domain-events-lld.md,
-// handlers/disputes): the events-worker on domain-events (and, with sample
+// Disputes configures the disputes outbox domain-events spec
+// (handlers/disputes): the events-worker on domain-events (and, with sample
 // traffic, the ingest-worker on ingest-queue, reading documents from an
 // in-memory object store: there is no S3 client yet). Its store and inbox
 // are PostgreSQL when postgres.dsn is set — events then go through the
@@ -180,8 +180,8 @@ type Disputes struct {
 	DefaultTAT time.Duration `yaml:"default_tat" env:"DEFAULT_TAT" doc:"A dispute's resolution time when its event carries no tat_due_at, from occurred_at (more than 0s)."`
 }
 
-// Interviews configures the interviews spec
-// (specs/sqs-interview-report-queues.md): the interview-completed and
+// Interviews configures the interviews SQS report-queues spec
+// (handlers/interviews): the interview-completed and
 // report-generate routes. Its store is PostgreSQL when postgres.dsn is set —
 // report requests then go through the transactional outbox, so a relay must
 // run (serve's, outbox.relay, by default) — and the in-memory store otherwise.
@@ -200,8 +200,8 @@ type Interviews struct {
 	StaleClaim time.Duration `yaml:"stale_claim" env:"STALE_CLAIM" doc:"How long a report's PROCESSING claim is honoured before another worker may take it over (more than 0s)."`
 }
 
-// StackUp configures the StackUp contract (specs/rabbitmq-messaging-contract.ko.md,
-// handlers/stackup): the roles this process runs, the AI worker's processors,
+// StackUp configures the StackUp RabbitMQ messaging contract
+// (handlers/stackup): the roles this process runs, the AI worker's processors,
 // the §6 in-process retry and the embedded mode's sample traffic. The llm
 // processors use the llm section.
 type StackUp struct {

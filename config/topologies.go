@@ -3,6 +3,7 @@ package config
 import (
 	"embed"
 	"fmt"
+	"strings"
 )
 
 // The spec topologies (topology/<spec>.yaml) ship inside the binary: serve
@@ -19,4 +20,18 @@ func TopologyFile(spec string) ([]byte, error) {
 		return nil, fmt.Errorf("topology of spec %q: %w", spec, err)
 	}
 	return data, nil
+}
+
+// TopologyNames returns the specs whose topology file ships in the binary, in
+// lexical order: each is a name TopologyFile takes ("booking", "stackup", …).
+func TopologyNames() []string {
+	// Cannot fail: the directory is embedded, so it exists.
+	entries, _ := topologyFiles.ReadDir("topology")
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		if name, ok := strings.CutSuffix(e.Name(), ".yaml"); ok && !e.IsDir() {
+			names = append(names, name)
+		}
+	}
+	return names
 }

@@ -1,4 +1,4 @@
--- The interviews spec (specs/sqs-interview-report-queues.md): organisations
+-- The interviews SQS report-queues spec: organisations
 -- with credit balances, credit lots, the credit ledger, interviews with their
 -- settlement, and interview reports. See handlers/interviews.
 --

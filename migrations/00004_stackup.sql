@@ -1,4 +1,4 @@
--- The StackUp contract's Core state (specs/rabbitmq-messaging-contract.ko.md
+-- The StackUp contract's Core state (the StackUp RabbitMQ messaging contract,
 -- §5): the analysed documents the analysis callbacks finish, interview
 -- sessions with their question pool and feedback attempt, interview messages
 -- (placeholders the follow-up, TTS and voice callbacks complete) and session

@@ -1,4 +1,4 @@
--- The disputes spec (specs/outbox-domain-events-lld.md): the producers'
+-- The disputes outbox domain-events spec: the producers'
 -- business rows (disputes, transaction_flags, kb_documents — each written in
 -- the same transaction as its outbox row) and the events-worker's effects
 -- (dispute_reminders, review_queue, kb_statistics — each written in the same

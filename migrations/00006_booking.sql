@@ -1,4 +1,4 @@
--- The booking spec (specs/booking-session-fifo-pipeline.md): the state the
+-- The booking session FIFO pipeline spec: the state the
 -- booking-session-events.fifo consumer keeps, written in the same transaction
 -- as its processed_messages row (the inbox, keyed by the event id). See
 -- handlers/booking.

@@ -1,5 +1,4 @@
--- The join-link spec (specs/join-link-scheduled-generation-trd.md, "JOIN_LINK_GENERATION
--- TRD"). See handlers/joinlink.
+-- The join-link scheduled-generation spec ("JOIN_LINK_GENERATION TRD"). See handlers/joinlink.
 --
 -- hdb_program_session: the spec adds link_generation_at and
 -- link_generation_status to the existing program-session table (§Data model);

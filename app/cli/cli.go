@@ -1,5 +1,6 @@
-// Package cli is eventpipe's command line: serve, publish and version (later:
-// topology, migrate, relay, dlq). Run is the whole program minus the process:
+// Package cli is eventpipe's command line: serve, publish, topology (plan,
+// apply, export), migrate (up, down, status), relay, dlq (peek, redrive),
+// realtime (token) and version. Run is the whole program minus the process:
 // arguments, output streams and environment are injected, so tests drive it
 // in-process.
 package cli

@@ -1,8 +1,9 @@
 // Package inbox makes a message's effect happen at most once per consumer: a
 // marker row (consumer, message id) is inserted in the same transaction as the
 // effect, so that the effect and "this message was handled" commit together or
-// not at all (DESIGN.md, reliability contract 2). With at-least-once delivery
-// from the broker this gives an exactly-once effect.
+// not at all (eventpipe's rule: the marker commits with the effect, never
+// before it). With at-least-once delivery from the broker this gives an
+// exactly-once effect.
 //
 // Watermill's Deduplicator marks a message before the handler succeeds, so a
 // crash between the two loses the effect; this package never does that.

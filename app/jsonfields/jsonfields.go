@@ -29,8 +29,8 @@ func Object(b []byte, what string) (map[string]json.RawMessage, error) {
 }
 
 // Unknown returns a key of fields that allowed does not list, if any: our
-// publishers refuse them (DESIGN.md, "strict on publish, lenient on
-// consume").
+// publishers refuse them (eventpipe's rule: strict on publish, lenient on
+// consume).
 func Unknown(fields map[string]json.RawMessage, allowed ...string) (string, bool) {
 	for k := range fields {
 		known := false

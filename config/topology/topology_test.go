@@ -37,9 +37,9 @@ func TestFilesLoad(t *testing.T) {
 	}
 }
 
-// TestStackUpShape: rabbitmq-messaging-contract.ko.md §1 — 4 exchanges (3 topic +
-// stackup.dlx direct), 15 work queues, 15 DLQs, 14 single-key bindings plus the
-// realtime queue's three wildcard bindings.
+// TestStackUpShape: the StackUp RabbitMQ messaging contract, §1 — 4 exchanges
+// (3 topic + stackup.dlx direct), 15 work queues, 15 DLQs, 14 single-key
+// bindings plus the realtime queue's three wildcard bindings.
 func TestStackUpShape(t *testing.T) {
 	t.Parallel()
 	top := load(t, "stackup.yaml")
@@ -168,8 +168,8 @@ func TestSQSQueues(t *testing.T) {
 		file string
 		want topology.Queue
 	}{
-		// sqs-interview-report-queues.md §1: visibility 180 s, batch 10, 3 receives,
-		// DLQ retention 14 days.
+		// The interviews SQS report-queues spec, §1: visibility 180 s, batch 10,
+		// 3 receives, DLQ retention 14 days.
 		{"interviews.yaml", topology.Queue{
 			Name:              "interview-completed",
 			VisibilityTimeout: 180 * time.Second,
@@ -185,7 +185,8 @@ func TestSQSQueues(t *testing.T) {
 			MaxReceives:       3,
 			DeadLetter:        &topology.DeadLetter{Queue: "report-generate-dlq", Retention: fourteenDays},
 		}},
-		// outbox-domain-events-lld.md §3, ingest-queue column.
+		// The disputes outbox domain-events spec, §3 queue table, ingest-queue
+		// column.
 		{"disputes.yaml", topology.Queue{
 			Name:              "ingest-queue",
 			VisibilityTimeout: 360 * time.Second,
@@ -195,7 +196,7 @@ func TestSQSQueues(t *testing.T) {
 			MaxReceives:       3,
 			DeadLetter:        &topology.DeadLetter{Queue: "ingest-dlq", Retention: fourteenDays},
 		}},
-		// §3, domain-events column.
+		// §3 queue table, domain-events column.
 		{"disputes.yaml", topology.Queue{
 			Name:              "domain-events",
 			VisibilityTimeout: 60 * time.Second,
@@ -205,15 +206,16 @@ func TestSQSQueues(t *testing.T) {
 			MaxReceives:       5,
 			DeadLetter:        &topology.DeadLetter{Queue: "domain-events-dlq", Retention: fourteenDays},
 		}},
-		// booking-session-fifo-pipeline.md: FIFO with producer-set dedup ids (no
-		// content-based dedup); max receives 5 is DESIGN.md's ruling.
+		// The booking session FIFO pipeline spec, "SQS dedup": FIFO with
+		// producer-set dedup ids (no content-based dedup). Max receives 5 is
+		// eventpipe's rule: "DLQ posture" gives no count.
 		{"booking.yaml", topology.Queue{
 			Name:        "booking-session-events.fifo",
 			FIFO:        true,
 			MaxReceives: 5,
 			DeadLetter:  &topology.DeadLetter{Queue: "booking-session-events-dlq.fifo"},
 		}},
-		// join-link-scheduled-generation-trd.md dec-07: no DLQ by design.
+		// The join-link scheduled-generation spec, dec-07: no DLQ by design.
 		{"joinlink.yaml", topology.Queue{Name: "join-link-generation"}},
 	}
 	for _, tt := range tests {

@@ -21,12 +21,13 @@ const projectionVersion = "booking-session-event/v1"
 // the event's canonical projection, so that two enqueues of the "same" event
 // — from either transport — derive the same id and collapse at SQS.
 //
-// The projection is, in this order: the booking session id (two sessions
-// never collide: DESIGN.md ruling "Booking"), the event type, the event
-// moment (UTC, to the millisecond — the wire's precision — whatever the
-// offset it was written with), the step id and the data fields as canonical
-// JSON (keys sorted at every depth, numbers normalised, insignificant
-// whitespace removed; absent, null and {} data are the same). ev.EventID is
+// The projection is, in this order: the booking session id (eventpipe's
+// rule, where the spec lists only "event moment, step id, data fields": two
+// sessions must never collide), the event type, the event moment (UTC, to
+// the millisecond — the wire's precision — whatever the offset it was
+// written with), the step id and the data fields as canonical JSON (keys
+// sorted at every depth, numbers normalised, insignificant whitespace
+// removed; absent, null and {} data are the same). ev.EventID is
 // not projected, nor is the transport. The id is "bse_" + the projection's
 // SHA-256 in hex (68 characters: a valid SQS MessageDeduplicationId).
 //

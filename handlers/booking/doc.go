@@ -1,6 +1,6 @@
-// Package booking runs the booking spec (specs/booking-session-fifo-pipeline.md,
-// "Booking session pipeline") on any broker: one entry path, one queue, one
-// consumer for the Scheduler widget's session events.
+// Package booking runs the booking session FIFO pipeline spec ("Booking
+// session pipeline") on any broker: one entry path, one queue, one consumer
+// for the Scheduler widget's session events.
 //
 // # Producers (both transports)
 //
@@ -10,11 +10,11 @@
 // booking-session-events.fifo through one Producer.Enqueue: the "unified"
 // part. The message UUID, the body's eventId and metadata.DeduplicationIDKey
 // (SQS MessageDeduplicationId) are the derived id; metadata.GroupIDKey (SQS
-// MessageGroupId) is the booking session id (DESIGN.md ruling "Booking"), so
-// a session's events are consumed in order. The same logical event from
-// both transports derives the same id and collapses at SQS (5-minute window);
-// on the other brokers ".fifo" is only a name and the consumer's inbox is the
-// gate.
+// MessageGroupId) is the booking session id (eventpipe's rule; the spec names
+// no group), so a session's events are consumed in order. The same logical
+// event from both transports derives the same id and collapses at SQS
+// (5-minute window); on the other brokers ".fifo" is only a name and the
+// consumer's inbox is the gate.
 //
 // # Derived id
 //
@@ -36,10 +36,11 @@
 //
 // # Failures
 //
-// Policy: five attempts by broker redelivery (DESIGN.md: "max receives 5
-// before the DLQ"), then booking-session-events-dlq.fifo. A permanent error
-// (a body that does not decode, a missing eventId) fails until then like any
-// other (route.FailUntilMax): the spec knows one path to the DLQ, "a poison
+// Policy: five attempts by broker redelivery (eventpipe's rule, the spec
+// being silent: max receives 5 before the DLQ), then
+// booking-session-events-dlq.fifo. A permanent error (a body that does not
+// decode, a missing eventId) fails until then like any other
+// (route.FailUntilMax): the spec knows one path to the DLQ, "a poison
 // message — one the processor fails to handle after retries", and the SQS
 // redrive policy (maxReceiveCount 5) does the same natively.
 //

@@ -19,8 +19,9 @@ import (
 // consumer column).
 const Consumer = "booking-session-processor"
 
-// MaxAttempts: the spec is silent; DESIGN.md ruling "Booking": "max receives
-// 5 before the DLQ" (config/topology/booking.yaml max_receives 5).
+// MaxAttempts: the spec is silent ("DLQ posture" gives no count);
+// eventpipe's rule is max receives 5 before the DLQ
+// (config/topology/booking.yaml max_receives 5).
 const MaxAttempts = 5
 
 // Handlers is the booking-session processor and its dependencies.

@@ -1,5 +1,5 @@
-// Package disputes runs the disputes spec's domain-events flow
-// (specs/outbox-domain-events-lld.md, "LLD — Async messaging") on any broker:
+// Package disputes runs the domain-events flow of the disputes outbox
+// domain-events spec ("LLD — Async messaging") on any broker:
 // producers that write a business row and its event to the transactional
 // outbox in one transaction (§1), the §2 event envelope, and the
 // events-worker consumer on domain-events whose effects happen exactly once
@@ -14,7 +14,7 @@
 // ignored and never kept). The Watermill message UUID is the event id, and
 // the event_id metadata (an SQS message attribute, an AMQP header) is a copy
 // of it for routing and FIFO deduplication; the body's event_id is the
-// dedupe key (DESIGN.md ruling "Disputes outbox").
+// dedupe key (eventpipe's rule: the body wins, the attribute is a copy).
 //
 // # Failures (§4)
 //

@@ -329,7 +329,7 @@ func numberField(fields map[string]json.RawMessage, key string) (float64, error)
 }
 
 // strictObject refuses keys other than allowed: our publishers are strict
-// (DESIGN.md, "strict on publish, lenient on consume").
+// (eventpipe's rule: strict on publish, lenient on consume).
 func strictObject(b []byte, what string, allowed ...string) error {
 	fields, err := object(b, what)
 	if err != nil {

@@ -39,7 +39,7 @@ func (h Handlers) handleDomainEvent(msg *message.Message) error {
 	}
 	log = log.With(slog.String("event_id", env.EventID), slog.String("event_type", env.EventType))
 	if attr := msg.Metadata.Get(EventIDKey); attr != "" && attr != env.EventID {
-		// The body wins (DESIGN.md ruling): the attribute is only a copy.
+		// The body wins (eventpipe's rule): the attribute is only a copy.
 		log.WarnContext(ctx, "event_id attribute differs from the body's; deduplicating on the body's",
 			slog.String("attribute_event_id", jsonfields.Truncate(attr, MaxIDLength)))
 	}

@@ -235,8 +235,8 @@ func DecodeReportGenerate(payload []byte) (ReportGenerate, error) {
 	return r, nil
 }
 
-// strictFields refuses unknown keys: our publishers are strict (DESIGN.md,
-// "strict on publish, lenient on consume").
+// strictFields refuses unknown keys: our publishers are strict (eventpipe's
+// rule: strict on publish, lenient on consume).
 func strictFields(payload []byte, allowed ...string) error {
 	fields, err := object(payload)
 	if err != nil {

@@ -1,8 +1,7 @@
-// Package interviews runs the interviews spec
-// (specs/sqs-interview-report-queues.md) on any broker: the interview-completed
-// consumer that settles an interview's credits exactly once, and the
-// report-generate consumer that turns a settled interview into a report,
-// with its own attempt cap.
+// Package interviews runs the interviews SQS report-queues spec on any
+// broker: the interview-completed consumer that settles an interview's
+// credits exactly once, and the report-generate consumer that turns a settled
+// interview into a report, with its own attempt cap.
 //
 // # Queues and wire format
 //
@@ -11,7 +10,8 @@
 // headers, Postgres metadata). interview-completed carries a union: a body
 // with a "type" key is an interview.failed event, any other object an
 // interview completion. A body that is not a JSON object (null included) or
-// fails its schema is logged and dropped (DESIGN.md ruling "Interviews").
+// fails its schema is logged and dropped (eventpipe's rule, where the spec
+// is silent on non-objects).
 //
 // # Exactly-once credits
 //

@@ -1,9 +1,9 @@
-// Package joinlink runs the join-link spec
-// (specs/join-link-scheduled-generation-trd.md, "JOIN_LINK_GENERATION TRD")
-// on any broker: a one-time scheduled JOIN_LINK_GENERATION event per program
-// session, a processor that classifies failures, one generation entry point
-// guarded by an atomic conditional-UPDATE claim, a 4-hourly fallback sweep,
-// and an admin-only HTTP API.
+// Package joinlink runs the join-link scheduled-generation spec
+// ("JOIN_LINK_GENERATION TRD") on any broker: a one-time scheduled
+// JOIN_LINK_GENERATION event per program session, a processor that classifies
+// failures, one generation entry point guarded by an atomic
+// conditional-UPDATE claim, a 4-hourly fallback sweep, and an admin-only HTTP
+// API.
 //
 // # Wire format (§API Contracts 2)
 //
@@ -16,7 +16,7 @@
 // data.programSessionId required). The queue is join-link-generation
 // (config/topology/joinlink.yaml).
 //
-// # The claim (dec-05, dec-09, dec-10; DESIGN.md ruling "Join-link")
+// # The claim (dec-05, dec-09, dec-10)
 //
 // Service.GenerateForSession is the one gate for every trigger (the
 // processor, the sweep). Store.Claim is one UPDATE … SET

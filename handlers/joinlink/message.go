@@ -316,7 +316,7 @@ func integer(fields map[string]json.RawMessage, key string) (int64, error) {
 }
 
 // strictObject refuses keys other than allowed: our publishers are strict
-// (DESIGN.md, "strict on publish, lenient on consume").
+// (eventpipe's rule: strict on publish, lenient on consume).
 func strictObject(b []byte, what string, allowed ...string) error {
 	fields, err := object(b, what)
 	if err != nil {

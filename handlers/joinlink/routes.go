@@ -71,7 +71,7 @@ func Catalog() route.Set { return Handlers{}.Routes() }
 //     is non-retryable: failure.Permanent, dropped by the policy.
 //   - Past MaxRetryAttempts receives, or older than MaxEventAge (by its
 //     timestamp), the event is acknowledged with a log line and left to the
-//     fallback sweep (DESIGN.md ruling "Join-link").
+//     fallback sweep (eventpipe's rule: there is no DLQ to send it to).
 //   - A lost claim is a no-op (ack). A missing session is non-retryable.
 //     A generation error keeps its class: unmarked = retryable (the
 //     session is FAILED meanwhile), failure.Permanent = non-retryable

@@ -103,7 +103,8 @@ func (p *Postgres) SetLinkGeneration(ctx context.Context, id int64, at *time.Tim
 	return s, nil
 }
 
-// Claim implements Store: the DESIGN.md ruling's predicate, in one
+// Claim implements Store: the claim predicate of the package doc (SCHEDULED
+// or FAILED, or IN_PROGRESS and stale; never COMPLETED), in one
 // conditional UPDATE (atomic in Postgres: a concurrent claimer waits for the
 // row lock, re-evaluates the WHERE on the new row version and loses).
 func (p *Postgres) Claim(ctx context.Context, id int64, actor int64, now, staleBefore time.Time) (bool, error) {

@@ -1,5 +1,5 @@
-// Package realtime is the RealTime server of the StackUp contract
-// (specs/rabbitmq-messaging-contract.ko.md §5.12, §5.12-1..3, §5.13): it
+// Package realtime is the RealTime server of the StackUp RabbitMQ messaging
+// contract (§5.12, §5.12-1..3, §5.13): it
 // pushes the notifications of q.realtime.session.notify to browsers over
 // Server-Sent Events, one stream per session, user or document channel.
 //

@@ -1,8 +1,8 @@
-// Package stackup runs the StackUp Core ↔ AI messaging contract
-// (specs/rabbitmq-messaging-contract.ko.md) on any broker: the envelope
-// (package envelope), the message catalog (catalog), the AI server's
-// consumers with the §6 failure signal (aiworker), Core's callback consumers
-// and outbox requesters (core) and the RealTime fan-out consumer (realtime).
+// Package stackup runs the StackUp RabbitMQ messaging contract (Core ↔ AI) on
+// any broker: the envelope (package envelope), the message catalog (catalog),
+// the AI server's consumers with the §6 failure signal (aiworker), Core's
+// callback consumers and outbox requesters (core) and the RealTime fan-out
+// consumer (realtime).
 //
 // New builds the roles a process runs from Deps; Routes returns their routes
 // for app.AddRoute; CatalogRoutes is every route for `eventpipe publish` to

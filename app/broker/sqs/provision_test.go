@@ -9,9 +9,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -26,6 +24,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/broker/sqs"
 	"github.com/eventpipe/eventpipe/app/testenv"
 	"github.com/eventpipe/eventpipe/app/topology"
+	"github.com/eventpipe/eventpipe/config"
 )
 
 var _ broker.Provisioner = (*sqs.PubSub)(nil)
@@ -388,18 +387,18 @@ func TestRedriveAfterMaxReceives(t *testing.T) {
 	m.Ack()
 }
 
-// Every spec's topology file applies and then plans in sync.
+// Every spec's topology file (the files config ships) applies and then
+// plans in sync.
 func TestApplySpecTopologies(t *testing.T) {
 	t.Parallel()
-	files, err := filepath.Glob("../../../config/topology/*.yaml")
-	require.NoError(t, err)
-	if len(files) == 0 {
-		t.Skip("no config/topology/*.yaml yet")
-	}
-	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".yaml"), func(t *testing.T) {
+	names := config.TopologyNames()
+	require.NotEmpty(t, names, "config ships no spec topology")
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			tp, err := topology.Load(f)
+			data, err := config.TopologyFile(name)
+			require.NoError(t, err)
+			tp, err := topology.Parse(data)
 			require.NoError(t, err)
 			tp = uniqueTopology(t, tp)
 			ps := newPubSub(t, testConfig(t))

@@ -2,7 +2,6 @@ package sqs_test
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/broker/routing/routingtest"
 	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/app/topology"
+	"github.com/eventpipe/eventpipe/config"
 )
 
 // End to end on the emulator: Apply, publish by routing key, each bound queue
@@ -48,18 +48,18 @@ func TestRoutingOnSQS(t *testing.T) {
 	got.Ack()
 }
 
-// Every binding of every spec topology routes on SQS: a message published
-// with a key that matches the binding's pattern reaches the bound queue.
+// Every binding of every spec topology (the files config ships) routes on
+// SQS: a message published with a key that matches the binding's pattern
+// reaches the bound queue.
 func TestRoutingSpecTopologies(t *testing.T) {
 	t.Parallel()
-	files, err := filepath.Glob("../../../config/topology/*.yaml")
-	require.NoError(t, err)
-	if len(files) == 0 {
-		t.Skip("no config/topology/*.yaml yet")
-	}
-	for _, f := range files {
-		tp, err := topology.Load(f)
+	names := config.TopologyNames()
+	require.NotEmpty(t, names, "config ships no spec topology")
+	for _, name := range names {
+		data, err := config.TopologyFile(name)
 		require.NoError(t, err)
+		tp, err := topology.Parse(data)
+		require.NoError(t, err, name)
 		if len(tp.Bindings) == 0 {
 			continue
 		}

@@ -1,7 +1,7 @@
-// Package catalog is the StackUp message catalog (rabbitmq-messaging-contract
-// §5): every message type — the Core → AI requests, the AI → Core callbacks
-// and the realtime notifications — with its exchange, its queue, its payload
-// schema per version and that schema's validation.
+// Package catalog is the StackUp message catalog (the StackUp RabbitMQ
+// messaging contract, §5): every message type — the Core → AI requests, the
+// AI → Core callbacks and the realtime notifications — with its exchange, its
+// queue, its payload schema per version and that schema's validation.
 //
 // A payload is decoded leniently by consumers (unknown fields ignored, §7)
 // and strictly for publishers (ValidateStrict, Encode: unknown fields and

@@ -133,8 +133,9 @@ func (c Consumer) handle(msg *message.Message) error {
 	}
 	d := Delivery{Msg: msg, Envelope: env, Payload: p, Queue: c.Queue}
 	if secrets := SecretFields(msg.Payload); len(secrets) > 0 {
-		// Lenient on consume (DESIGN.md): the typed decode already dropped
-		// them; only their names are logged, so the values go nowhere.
+		// Lenient on consume (eventpipe's rule): the typed decode already
+		// dropped them; only their names are logged, so the values go
+		// nowhere.
 		c.Logger.WarnContext(ctx, "stackup message carried fields §5.2 forbids; ignored",
 			append(d.Attrs(), slog.Any("fields", secrets))...)
 	}

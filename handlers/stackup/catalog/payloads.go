@@ -18,7 +18,7 @@ const (
 )
 
 // Target types of callback.analysis. COVER_LETTER is our extension
-// (DESIGN.md ruling: analyze.cover_letter mirrors analyze.resume).
+// (eventpipe's rule: analyze.cover_letter mirrors analyze.resume).
 const (
 	TargetResume      = "RESUME"
 	TargetRepository  = "REPOSITORY"
@@ -92,7 +92,8 @@ func (r *AnalyzeResumeV1) Validate(envelope.Envelope) error {
 }
 
 // AnalyzeCoverLetterV1 is our extension for analyze.cover_letter, which §5
-// routes (§1) but does not describe: it mirrors analyze.resume (DESIGN.md).
+// routes (§1) but does not describe: it mirrors analyze.resume
+// (coverLetterId for resumeId), with callback targetType COVER_LETTER.
 type AnalyzeCoverLetterV1 struct {
 	CoverLetterID      int64  `json:"coverLetterId"`
 	FilePath           string `json:"filePath"`

@@ -1,15 +1,15 @@
-// Package envelope is the StackUp wire format (rabbitmq-messaging-contract
-// §3): every message is one JSON envelope — messageId, messageType, version,
-// traceId, publishedAt, publisher, payload, context — and carries the same
-// facts again as transport properties (AMQP message_id, correlation_id,
-// content_type, content_encoding, headers x-trace-id and x-attempt; message
-// attributes on SQS; metadata on the other brokers).
+// Package envelope is the StackUp wire format (the StackUp RabbitMQ messaging
+// contract, §3): every message is one JSON envelope — messageId, messageType,
+// version, traceId, publishedAt, publisher, payload, context — and carries
+// the same facts again as transport properties (AMQP message_id,
+// correlation_id, content_type, content_encoding, headers x-trace-id and
+// x-attempt; message attributes on SQS; metadata on the other brokers).
 //
-// Decoding is lenient and encoding strict (DESIGN.md, "Strict on publish,
-// lenient on consume"): Decode ignores fields it does not know (§7) and keeps
-// nothing of them, so they are never logged, stored or forwarded; DecodeStrict
-// and Marshal refuse unknown and missing fields, so our own publishers cannot
-// put a secret (§5.2) or a typo on the wire.
+// Decoding is lenient and encoding strict (eventpipe's rule: strict on
+// publish, lenient on consume): Decode ignores fields it does not know (§7)
+// and keeps nothing of them, so they are never logged, stored or forwarded;
+// DecodeStrict and Marshal refuse unknown and missing fields, so our own
+// publishers cannot put a secret (§5.2) or a typo on the wire.
 package envelope
 
 import (
