@@ -18,11 +18,12 @@
 // A settlement is one transaction: the claim (UPDATE … WHERE settled_at IS
 // NULL), the ledger entries, the lot and organisation balances and
 // retentionExpiresAt. A redelivery finds the claim taken and does nothing, so
-// report.generate is asked for only by the delivery that really settled. With
-// the Postgres store that request is written to the transactional outbox in
-// the same transaction (nothing to lose, nothing phantom); with the memory
-// store it is published right after the in-memory commit, and a publish error
-// is logged, not returned (the spec's rule).
+// report.generate is asked for only by the delivery that really settled: the
+// request goes to the service's outbox writer inside the settlement (the
+// FollowUp), so with the Postgres store it is an outbox row in the same
+// transaction (nothing to lose, nothing phantom), and with the memory store it
+// is published right after the in-memory commit, a publish error logged, not
+// returned (the spec's rule).
 //
 // # Report generation
 //

@@ -211,9 +211,10 @@ type Store interface {
 	// min(s.Consumed, reserved) credits from the lots holding its
 	// reservation, releases the rest, writes the ledger, sets settledAt,
 	// creditsConsumed and retentionExpiresAt (s.Anchor + RetentionPeriod), all
-	// at once. When it settles and followUp.Message is set, a store with an
-	// outbox writes it in the same transaction (FollowUpQueued). An already
-	// settled interview returns Settled false and changes nothing.
+	// at once. When it settles, followUp (if not nil) runs in the same
+	// transaction and its error rolls the settlement back. An already
+	// settled interview returns Settled false, changes nothing and does not
+	// run followUp.
 	SettleCompleted(ctx context.Context, s Settlement, followUp FollowUp) (SettleResult, error)
 	// SettleFailed is SettleCompleted with nothing consumed: the whole
 	// reservation is released, no follow-up.
