@@ -22,12 +22,12 @@ import (
 // ARCHITECTURE.md).
 func Modules() []spec.Module {
 	return []spec.Module{
-		demo.Module{},
-		interviews.Module{},
-		stackup.Module{},
-		disputes.Module{},
-		booking.Module{},
-		joinlink.Module{},
+		demo.Module,
+		interviews.Module,
+		stackup.Module,
+		disputes.Module,
+		booking.Module,
+		joinlink.Module,
 	}
 }
 
@@ -47,16 +47,16 @@ func enabledModules(cfg config.Config) []spec.Module {
 func SpecTopology(cfg config.Config) (topology.Topology, error) {
 	var tops []topology.Topology
 	for _, m := range enabledModules(cfg) {
-		if m.Topology() == "" {
+		if m.Topology == "" {
 			continue
 		}
-		data, err := config.TopologyFile(m.Topology())
+		data, err := config.TopologyFile(m.Topology)
 		if err != nil {
 			return topology.Topology{}, err
 		}
 		t, err := topology.Parse(data)
 		if err != nil {
-			return topology.Topology{}, fmt.Errorf("spec %s: %w", m.Name(), err)
+			return topology.Topology{}, fmt.Errorf("spec %s: %w", m.Name, err)
 		}
 		tops = append(tops, t)
 	}
@@ -77,24 +77,24 @@ func Catalog() route.Set {
 }
 
 // fanoutTopics are the topics the enabled specs need delivered to every
-// instance (spec.Fanout).
+// instance (spec.Module.FanoutTopics).
 func fanoutTopics(cfg config.Config) []string {
 	var topics []string
 	for _, m := range enabledModules(cfg) {
-		if f, ok := m.(spec.Fanout); ok {
-			topics = append(topics, f.FanoutTopics(cfg)...)
+		if m.FanoutTopics != nil {
+			topics = append(topics, m.FanoutTopics(cfg)...)
 		}
 	}
 	return topics
 }
 
 // Commands returns the commands the specs add to the command line
-// (spec.Commander).
+// (spec.Module.Commands).
 func Commands(env spec.CommandEnv) []*cobra.Command {
 	var cmds []*cobra.Command
 	for _, m := range Modules() {
-		if c, ok := m.(spec.Commander); ok {
-			cmds = append(cmds, c.Commands(env)...)
+		if m.Commands != nil {
+			cmds = append(cmds, m.Commands(env)...)
 		}
 	}
 	return cmds

@@ -208,14 +208,14 @@ func (s *Service) buildSpecs(ctx context.Context, d spec.Deps) error {
 	for _, m := range enabledModules(s.cfg) {
 		parts, err := m.Build(ctx, d)
 		if err != nil {
-			return &spec.BuildError{Spec: m.Name(), Err: err}
+			return &spec.BuildError{Spec: m.Name, Err: err}
 		}
-		b := builtSpec{name: m.Name(), parts: parts}
+		b := builtSpec{name: m.Name, parts: parts}
 		s.specs = append(s.specs, b) // closed by closeResources from here on
 		for _, srv := range parts.Servers {
 			l, err := net.Listen("tcp", srv.Addr)
 			if err != nil {
-				return fmt.Errorf("spec %s: %s: listen on %s: %w", m.Name(), srv.Name, srv.Addr, err)
+				return fmt.Errorf("spec %s: %s: listen on %s: %w", m.Name, srv.Name, srv.Addr, err)
 			}
 			s.specs[len(s.specs)-1].listeners = append(s.specs[len(s.specs)-1].listeners, l)
 		}
@@ -223,7 +223,7 @@ func (s *Service) buildSpecs(ctx context.Context, d spec.Deps) error {
 			if q, ok := d.Topology.Queue(r.Queue); ok {
 				p, err := r.EffectivePolicy().ForQueue(q)
 				if err != nil {
-					return &spec.BuildError{Spec: m.Name(), Err: fmt.Errorf("route %s: %w", r.Name, err)}
+					return &spec.BuildError{Spec: m.Name, Err: fmt.Errorf("route %s: %w", r.Name, err)}
 				}
 				r.Policy = p
 			}

@@ -31,24 +31,29 @@ import (
 	"github.com/eventpipe/eventpipe/config"
 )
 
-// Module is one spec as the root sees it. Implementations are small values
-// (usually an empty struct) whose methods may be called for a disabled spec too,
-// except Build.
-type Module interface {
+// Module is one spec as the root sees it. Every field but the optional ones
+// must be set; the root calls Build only when Enabled says so.
+type Module struct {
 	// Name names the spec in logs, errors and the CLI ("interviews").
-	Name() string
+	Name string
 	// Enabled reports whether cfg runs the spec.
-	Enabled(cfg config.Config) bool
+	Enabled func(cfg config.Config) bool
 	// Topology names the spec's topology file (config.TopologyFile), "" for
 	// a spec without one.
-	Topology() string
+	Topology string
 	// Catalog returns the spec's routes for validation only (`eventpipe
 	// publish` checks bodies against them); their handlers are never run.
-	Catalog() route.Set
+	Catalog func() route.Set
 	// Build builds the enabled spec from the shared dependencies. An error is
 	// a configuration the spec cannot run with; the root reports it as a
 	// *BuildError naming the spec.
-	Build(ctx context.Context, d Deps) (Parts, error)
+	Build func(ctx context.Context, d Deps) (Parts, error)
+
+	// FanoutTopics, optional, are topics every instance must receive in
+	// full (on RabbitMQ, a queue per instance bound to the topic).
+	FanoutTopics func(cfg config.Config) []string
+	// Commands, optional, are the spec's own commands under `eventpipe`.
+	Commands func(env CommandEnv) []*cobra.Command
 }
 
 // Deps is what the root builds once and hands every module.
@@ -133,18 +138,6 @@ type Server struct {
 	// BeforeShutdown, when set, ends long-lived requests (event streams)
 	// before the server shuts down, which would otherwise wait for them.
 	BeforeShutdown func()
-}
-
-// Fanout is implemented by a module that consumes topics every instance must
-// receive in full (on RabbitMQ, a queue per instance bound to the topic).
-type Fanout interface {
-	FanoutTopics(cfg config.Config) []string
-}
-
-// Commander is implemented by a module with commands of its own under
-// `eventpipe`.
-type Commander interface {
-	Commands(env CommandEnv) []*cobra.Command
 }
 
 // CommandEnv is what a module's commands get from the command line.

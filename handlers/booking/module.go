@@ -3,33 +3,24 @@ package booking
 import (
 	"context"
 
-	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/spec"
 	"github.com/eventpipe/eventpipe/config"
 )
 
 // Module is the booking spec: the booking-session processor on the FIFO
 // queue, idempotent on the body's eventId.
-type Module struct{}
+var Module = spec.Module{
+	Name:     "booking",
+	Enabled:  func(c config.Config) bool { return c.Booking.Enabled },
+	Topology: "booking",
+	Catalog:  Catalog,
+	Build:    build,
+}
 
-var _ spec.Module = Module{}
-
-// Name implements spec.Module.
-func (Module) Name() string { return "booking" }
-
-// Enabled implements spec.Module.
-func (Module) Enabled(cfg config.Config) bool { return cfg.Booking.Enabled }
-
-// Topology implements spec.Module.
-func (Module) Topology() string { return "booking" }
-
-// Catalog implements spec.Module.
-func (Module) Catalog() route.Set { return Catalog() }
-
-// Build implements spec.Module. The store is PostgreSQL when the service has
+// build builds the spec. The store is PostgreSQL when the service has
 // a database, in memory otherwise. The producers publish straight to the
 // queue: there is no business row, so no outbox.
-func (Module) Build(_ context.Context, d spec.Deps) (spec.Parts, error) {
+func build(_ context.Context, d spec.Deps) (spec.Parts, error) {
 	var store Store = NewMemory()
 	if d.DB != nil {
 		pg, err := NewPostgres(d.DB, d.Config.Postgres.Schema)

@@ -3,7 +3,6 @@ package disputes
 import (
 	"context"
 
-	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/spec"
 	"github.com/eventpipe/eventpipe/config"
 )
@@ -11,27 +10,19 @@ import (
 // Module is the disputes spec: the events-worker on domain-events, and with
 // sample traffic the ingest-worker on ingest-queue reading an in-memory object
 // store (there is no S3 client yet).
-type Module struct{}
+var Module = spec.Module{
+	Name:     "disputes",
+	Enabled:  func(c config.Config) bool { return c.Disputes.Enabled },
+	Topology: "disputes",
+	Catalog:  Catalog,
+	Build:    build,
+}
 
-var _ spec.Module = Module{}
-
-// Name implements spec.Module.
-func (Module) Name() string { return "disputes" }
-
-// Enabled implements spec.Module.
-func (Module) Enabled(cfg config.Config) bool { return cfg.Disputes.Enabled }
-
-// Topology implements spec.Module.
-func (Module) Topology() string { return "disputes" }
-
-// Catalog implements spec.Module.
-func (Module) Catalog() route.Set { return Catalog() }
-
-// Build implements spec.Module. The store is PostgreSQL when the service has
+// build builds the spec. The store is PostgreSQL when the service has
 // a database, events written to the transactional outbox in the business
 // transaction (a relay publishes them); in memory otherwise, events published
 // right after the in-memory commit (the service's outbox writer).
-func (Module) Build(_ context.Context, d spec.Deps) (spec.Parts, error) {
+func build(_ context.Context, d spec.Deps) (spec.Parts, error) {
 	var store Store = NewMemory(MemoryOptions{Outbox: d.Outbox, Logger: d.Logger})
 	if d.DB != nil {
 		pg, err := NewPostgres(d.DB, d.Config.Postgres.Schema, "")

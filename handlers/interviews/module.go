@@ -14,27 +14,19 @@ import (
 // Module is the interviews spec: interview-completed (credit settlement) and
 // report-generate (reports), with sample traffic when interviews.sample_traffic
 // is on.
-type Module struct{}
+var Module = spec.Module{
+	Name:     "interviews",
+	Enabled:  func(c config.Config) bool { return c.Interviews.Enabled },
+	Topology: "interviews",
+	Catalog:  func() route.Set { return Handlers{}.Routes() },
+	Build:    build,
+}
 
-var _ spec.Module = Module{}
-
-// Name implements spec.Module.
-func (Module) Name() string { return "interviews" }
-
-// Enabled implements spec.Module.
-func (Module) Enabled(cfg config.Config) bool { return cfg.Interviews.Enabled }
-
-// Topology implements spec.Module.
-func (Module) Topology() string { return "interviews" }
-
-// Catalog implements spec.Module.
-func (Module) Catalog() route.Set { return Handlers{}.Routes() }
-
-// Build implements spec.Module. The store is PostgreSQL when the service has
+// build builds the spec. The store is PostgreSQL when the service has
 // a database — report requests then go through the transactional outbox, so a
 // relay must run (serve's, outbox.relay, or `eventpipe relay`) — and the
 // memory store otherwise (the embedded mode: nothing survives a restart).
-func (Module) Build(_ context.Context, d spec.Deps) (spec.Parts, error) {
+func build(_ context.Context, d spec.Deps) (spec.Parts, error) {
 	var store Store = NewMemory()
 	if d.DB != nil {
 		pg, err := NewPostgres(d.DB, d.Config.Postgres.Schema)

@@ -3,7 +3,6 @@ package joinlink
 import (
 	"context"
 
-	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/spec"
 	"github.com/eventpipe/eventpipe/config"
 )
@@ -11,27 +10,19 @@ import (
 // Module is the join-link spec: the processor on join-link-generation, the
 // in-process scheduler and its dispatcher (EventBridge Scheduler's role), the
 // 4-hourly fallback sweep and the admin API.
-type Module struct{}
+var Module = spec.Module{
+	Name:     "joinlink",
+	Enabled:  func(c config.Config) bool { return c.JoinLink.Enabled },
+	Topology: "joinlink",
+	Catalog:  Catalog,
+	Build:    build,
+}
 
-var _ spec.Module = Module{}
-
-// Name implements spec.Module.
-func (Module) Name() string { return "joinlink" }
-
-// Enabled implements spec.Module.
-func (Module) Enabled(cfg config.Config) bool { return cfg.JoinLink.Enabled }
-
-// Topology implements spec.Module.
-func (Module) Topology() string { return "joinlink" }
-
-// Catalog implements spec.Module.
-func (Module) Catalog() route.Set { return Catalog() }
-
-// Build implements spec.Module. Store and schedules are PostgreSQL when the
+// build builds the spec. Store and schedules are PostgreSQL when the
 // service has a database, in memory otherwise; bulkRegister is the in-memory
 // fake (there is no online-session client yet). The admin API is mounted on
 // the admin server when joinlink.admin_token_env names a set variable.
-func (Module) Build(_ context.Context, d spec.Deps) (spec.Parts, error) {
+func build(_ context.Context, d spec.Deps) (spec.Parts, error) {
 	c := d.Config.JoinLink
 	var (
 		store     Store        = NewMemory()

@@ -20,41 +20,32 @@ import (
 
 // Module is the StackUp Core ↔ AI contract with the roles stackup.roles
 // names: core, ai-worker and realtime (the SSE server and its fan-out bus).
-type Module struct{}
+var Module = spec.Module{
+	Name:         "stackup",
+	Enabled:      func(c config.Config) bool { return c.StackUp.Enabled },
+	Topology:     "stackup",
+	Catalog:      CatalogRoutes,
+	Build:        build,
+	FanoutTopics: fanoutTopics,
+	Commands:     commands,
+}
 
-var (
-	_ spec.Module    = Module{}
-	_ spec.Fanout    = Module{}
-	_ spec.Commander = Module{}
-)
-
-// Name implements spec.Module.
-func (Module) Name() string { return "stackup" }
-
-// Enabled implements spec.Module.
-func (Module) Enabled(cfg config.Config) bool { return cfg.StackUp.Enabled }
-
-// Topology implements spec.Module.
-func (Module) Topology() string { return "stackup" }
-
-// Catalog implements spec.Module.
-func (Module) Catalog() route.Set { return CatalogRoutes() }
-
-// FanoutTopics implements spec.Fanout: with the realtime role on RabbitMQ,
+// fanoutTopics are the topics every instance must receive: with the realtime
+// role on RabbitMQ,
 // every instance receives every notification on a queue of its own
 // (decision 0012).
-func (Module) FanoutTopics(cfg config.Config) []string {
+func fanoutTopics(cfg config.Config) []string {
 	if realtimeEnabled(cfg) && realtimeFanout(cfg) == "rabbitmq" {
 		return []string{realtime.FanoutTopic}
 	}
 	return nil
 }
 
-// Build implements spec.Module. Core's state lives in PostgreSQL when the
+// build builds the spec. Core's state lives in PostgreSQL when the
 // service has a database (requests go through the transactional outbox, a
 // relay publishes them), else in memory (published after the in-memory
 // commit).
-func (Module) Build(ctx context.Context, d spec.Deps) (spec.Parts, error) {
+func build(ctx context.Context, d spec.Deps) (spec.Parts, error) {
 	c := d.Config.StackUp
 	roles, err := ParseRoles(c.Roles)
 	if err != nil {
@@ -188,8 +179,8 @@ func newRealtime(ctx context.Context, d spec.Deps) (srv *realtime.Server, closeB
 	return srv, closeBus, nil
 }
 
-// Commands implements spec.Commander: `eventpipe realtime token`.
-func (Module) Commands(env spec.CommandEnv) []*cobra.Command {
+// commands are the spec's own: `eventpipe realtime token`.
+func commands(env spec.CommandEnv) []*cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "realtime",
 		Short: "Tools for the StackUp RealTime SSE server",
