@@ -6,11 +6,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"github.com/eventpipe/eventpipe/app/jsonfields"
 	"io"
 	"math"
 	"strconv"
 	"time"
+
+	"github.com/eventpipe/eventpipe/app/jsonfields"
 )
 
 // projectionVersion is hashed with every projection: a change to the

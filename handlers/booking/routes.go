@@ -3,7 +3,6 @@ package booking
 import (
 	"context"
 	"fmt"
-	"github.com/eventpipe/eventpipe/app/jsonfields"
 	"log/slog"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 
 	"github.com/eventpipe/eventpipe/app/failure"
 	"github.com/eventpipe/eventpipe/app/inbox"
+	"github.com/eventpipe/eventpipe/app/jsonfields"
 	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/route"
 )

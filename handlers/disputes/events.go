@@ -3,9 +3,10 @@ package disputes
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/eventpipe/eventpipe/app/jsonfields"
 	"math"
 	"time"
+
+	"github.com/eventpipe/eventpipe/app/jsonfields"
 )
 
 // Reason codes the consumer treats specially.

@@ -3,7 +3,6 @@ package disputes
 import (
 	"context"
 	"errors"
-	"github.com/eventpipe/eventpipe/app/jsonfields"
 	"log/slog"
 	"strings"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/jsonfields"
 	"github.com/eventpipe/eventpipe/app/msgctx"
 )
 

@@ -5,13 +5,14 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
-	"github.com/eventpipe/eventpipe/app/jsonfields"
 	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/eventpipe/eventpipe/app/jsonfields"
 )
 
 // AdminRole is the role every endpoint requires (@Roles('admin')).

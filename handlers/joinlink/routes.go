@@ -2,13 +2,13 @@ package joinlink
 
 import (
 	"errors"
-	"github.com/eventpipe/eventpipe/app/jsonfields"
 	"log/slog"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/jsonfields"
 	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/route"
 )

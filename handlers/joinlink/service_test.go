@@ -3,7 +3,6 @@ package joinlink_test
 import (
 	"context"
 	"errors"
-	"github.com/eventpipe/eventpipe/app/testbrokers"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventpipe/eventpipe/app/dbtx/dbtest"
+	"github.com/eventpipe/eventpipe/app/testbrokers"
 	"github.com/eventpipe/eventpipe/handlers/joinlink"
 )
 

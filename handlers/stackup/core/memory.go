@@ -1,14 +1,14 @@
 package core
 
 import (
-	"github.com/eventpipe/eventpipe/handlers/stackup/catalog"
-
 	"context"
 	"fmt"
 	"maps"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/eventpipe/eventpipe/handlers/stackup/catalog"
 )
 
 // Memory is the in-process Store (the embedded mode and tests): Postgres's
