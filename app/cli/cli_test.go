@@ -132,3 +132,26 @@ func TestPublishOnMemory(t *testing.T) {
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "published m-1 to demo.greetings on memory (trace abc123)")
 }
+
+// A spec that cannot be built from its configuration stops serve with the
+// usage exit code and names the spec: interviews without an LLM key (and
+// without sample traffic, which would stand in for it).
+func TestServeSpecThatCannotBuildExitsTwo(t *testing.T) {
+	t.Parallel()
+	r := run(t, []string{"EVENTPIPE_INTERVIEWS_ENABLED=true", "EVENTPIPE_ADMIN_ADDR=127.0.0.1:0",
+		"EVENTPIPE_LLM_API_KEY_ENV=EVENTPIPE_TEST_UNSET_LLM_KEY"}, "serve")
+	assert.Equal(t, cli.ExitUsage, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "spec interviews:")
+}
+
+// The specs' own commands are on the command line: the StackUp module's
+// `realtime token` signs with the configured secret.
+func TestSpecCommandRealtimeToken(t *testing.T) {
+	t.Parallel()
+	env := []string{"EVENTPIPE_REALTIME_TOKEN_SECRET=cli-test-secret-of-at-least-32-bytes"}
+	r := run(t, env, "realtime", "token", "--user", "7")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	assert.NotEmpty(t, strings.TrimSpace(r.stdout))
+	r = run(t, env, "realtime", "token")
+	assert.Equal(t, cli.ExitUsage, r.code, "--user is required")
+}
