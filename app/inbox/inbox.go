@@ -39,6 +39,13 @@ type Store interface {
 	// redriven and must then take effect. Unmarking an unknown message is
 	// not an error.
 	Unmark(ctx context.Context, consumer, messageID string) error
+	// Lease claims the message's work for work that runs outside the
+	// marker's transaction (see Lease): a message already processed
+	// returns a failure.Duplicate error; one whose work another holder's
+	// live lease covers returns a failure.Transient error wrapping
+	// ErrLeased, with the lease's time left as its retry-after. The lease
+	// is renewed until Release. Process commits the marker afterwards.
+	Lease(ctx context.Context, consumer, messageID string, ttl time.Duration) (*Lease, error)
 	// Cleanup deletes markers older than ttl and returns how many. ttl must
 	// exceed the longest time a message can still be redelivered (retries,
 	// DLQ redrive), or a late redelivery takes effect twice.

@@ -13,7 +13,13 @@ type Memory struct {
 	mu       sync.Mutex
 	marks    map[memKey]time.Time
 	inFlight map[memKey]chan struct{}
+	leases   map[memKey]memLease
 	now      func() time.Time
+}
+
+type memLease struct {
+	holder  string
+	expires time.Time
 }
 
 type memKey struct{ consumer, id string }
@@ -22,7 +28,7 @@ var _ Store = (*Memory)(nil)
 
 // NewMemory returns an empty in-memory store.
 func NewMemory() *Memory {
-	return &Memory{marks: map[memKey]time.Time{}, inFlight: map[memKey]chan struct{}{}, now: time.Now}
+	return &Memory{marks: map[memKey]time.Time{}, inFlight: map[memKey]chan struct{}{}, leases: map[memKey]memLease{}, now: time.Now}
 }
 
 // Process implements Store. A second call for a message whose effect is
@@ -96,5 +102,49 @@ func (m *Memory) Cleanup(_ context.Context, ttl time.Duration) (int64, error) {
 			n++
 		}
 	}
+	now := m.now()
+	for k, l := range m.leases {
+		if !l.expires.After(now) {
+			delete(m.leases, k)
+		}
+	}
 	return n, nil
+}
+
+// Lease implements Store.
+func (m *Memory) Lease(ctx context.Context, consumer, messageID string, ttl time.Duration) (*Lease, error) {
+	return lease(ctx, m, consumer, messageID, ttl)
+}
+
+func (m *Memory) acquire(_ context.Context, k memKey, holder string, ttl time.Duration) (ok, processed bool, left time.Duration, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, done := m.marks[k]; done {
+		return false, true, 0, nil
+	}
+	now := m.now()
+	if l, held := m.leases[k]; held && l.expires.After(now) {
+		return false, false, l.expires.Sub(now), nil
+	}
+	m.leases[k] = memLease{holder: holder, expires: now.Add(ttl)}
+	return true, false, 0, nil
+}
+
+func (m *Memory) renew(_ context.Context, k memKey, holder string, ttl time.Duration) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if l, held := m.leases[k]; !held || l.holder != holder {
+		return false, nil
+	}
+	m.leases[k] = memLease{holder: holder, expires: m.now().Add(ttl)}
+	return true, nil
+}
+
+func (m *Memory) release(_ context.Context, k memKey, holder string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if l, held := m.leases[k]; held && l.holder == holder {
+		delete(m.leases, k)
+	}
+	return nil
 }

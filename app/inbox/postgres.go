@@ -16,8 +16,9 @@ import (
 // Postgres is the Store on the processed_messages table (migrations
 // 00001_processed_messages.sql).
 type Postgres struct {
-	pool  *pgxpool.Pool
-	table string // quoted schema.processed_messages
+	pool   *pgxpool.Pool
+	table  string // quoted schema.processed_messages
+	leases string // quoted schema.inbox_leases
 }
 
 var _ Store = (*Postgres)(nil)
@@ -29,7 +30,8 @@ func NewPostgres(pool *pgxpool.Pool, schema string) (*Postgres, error) {
 	if err := migrations.ValidateSchema(schema); err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
-	return &Postgres{pool: pool, table: pgx.Identifier{schema, "processed_messages"}.Sanitize()}, nil
+	return &Postgres{pool: pool, table: pgx.Identifier{schema, "processed_messages"}.Sanitize(),
+		leases: pgx.Identifier{schema, "inbox_leases"}.Sanitize()}, nil
 }
 
 // Process implements Store. It begins a transaction — or, when ctx already
@@ -77,13 +79,7 @@ func (p *Postgres) Unmark(ctx context.Context, consumer, messageID string) error
 	if err := checkKey(consumer, messageID); err != nil {
 		return err
 	}
-	q := `DELETE FROM ` + p.table + ` WHERE consumer = $1 AND message_id = $2`
-	var err error
-	if tx, ok := dbtx.From(ctx); ok {
-		_, err = tx.Exec(ctx, q, consumer, messageID)
-	} else {
-		_, err = p.pool.Exec(ctx, q, consumer, messageID)
-	}
+	_, err := dbtx.Q(ctx, p.pool).Exec(ctx, `DELETE FROM `+p.table+` WHERE consumer = $1 AND message_id = $2`, consumer, messageID)
 	if err != nil {
 		return fmt.Errorf("inbox: consumer %q, message %q: unmark: %w", consumer, messageID, err)
 	}
@@ -111,7 +107,57 @@ func (p *Postgres) Cleanup(ctx context.Context, ttl time.Duration) (int64, error
 		}
 		total += tag.RowsAffected()
 		if tag.RowsAffected() < cleanupBatch {
+			// Expired leases go too (their holders died before Release).
+			if _, err := p.pool.Exec(ctx, `DELETE FROM `+p.leases+` WHERE expires_at <= now()`); err != nil {
+				return total, fmt.Errorf("inbox: cleanup leases: %w", err)
+			}
 			return total, nil
 		}
 	}
+}
+
+// Lease implements Store. Expiry is measured on the database's clock, so
+// workers on different hosts agree on it.
+func (p *Postgres) Lease(ctx context.Context, consumer, messageID string, ttl time.Duration) (*Lease, error) {
+	return lease(ctx, p, consumer, messageID, ttl)
+}
+
+func (p *Postgres) acquire(ctx context.Context, k memKey, holder string, ttl time.Duration) (ok, processed bool, left time.Duration, err error) {
+	err = dbtx.InTx(ctx, p.pool, func(ctx context.Context, tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+p.table+` WHERE consumer = $1 AND message_id = $2)`,
+			k.consumer, k.id).Scan(&processed); err != nil || processed {
+			return err
+		}
+		// Taken when absent or expired; a live lease of another holder
+		// stays, and its time left is reported.
+		var got string
+		var leftUS int64
+		err := tx.QueryRow(ctx, `INSERT INTO `+p.leases+` AS l (consumer, message_id, holder, expires_at)
+			VALUES ($1, $2, $3, now() + $4 * interval '1 microsecond')
+			ON CONFLICT (consumer, message_id) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+			WHERE l.expires_at <= now()
+			RETURNING holder, 0`, k.consumer, k.id, holder, ttl.Microseconds()).Scan(&got, &leftUS)
+		if errors.Is(err, pgx.ErrNoRows) {
+			if err := tx.QueryRow(ctx, `SELECT GREATEST(0, (extract(epoch FROM expires_at - now()) * 1e6)::bigint) FROM `+p.leases+`
+				WHERE consumer = $1 AND message_id = $2`, k.consumer, k.id).Scan(&leftUS); err != nil {
+				return err
+			}
+			left = time.Duration(leftUS) * time.Microsecond
+			return nil
+		}
+		ok = err == nil && got == holder
+		return err
+	})
+	return ok, processed, left, err
+}
+
+func (p *Postgres) renew(ctx context.Context, k memKey, holder string, ttl time.Duration) (bool, error) {
+	tag, err := p.pool.Exec(ctx, `UPDATE `+p.leases+` SET expires_at = now() + $4 * interval '1 microsecond'
+		WHERE consumer = $1 AND message_id = $2 AND holder = $3`, k.consumer, k.id, holder, ttl.Microseconds())
+	return tag.RowsAffected() == 1, err
+}
+
+func (p *Postgres) release(ctx context.Context, k memKey, holder string) error {
+	_, err := p.pool.Exec(ctx, `DELETE FROM `+p.leases+` WHERE consumer = $1 AND message_id = $2 AND holder = $3`, k.consumer, k.id, holder)
+	return err
 }

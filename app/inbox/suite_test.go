@@ -135,6 +135,51 @@ func runSuite(t *testing.T, newStore func(t *testing.T) inbox.Store) {
 		assert.True(t, ran.Load())
 	})
 
+	t.Run("a live lease keeps a second delivery out, never as a duplicate", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		l, err := s.Lease(ctx, "c", "m1", time.Minute)
+		require.NoError(t, err)
+		_, err = s.Lease(ctx, "c", "m1", time.Minute)
+		require.Error(t, err)
+		assert.Equal(t, failure.Transient, failure.Of(err), "retried later, not acknowledged")
+		assert.ErrorIs(t, err, inbox.ErrLeased)
+		assert.Greater(t, failure.RetryAfter(err), 30*time.Second, "retry after the lease's time left")
+		_, err = s.Lease(ctx, "other", "m1", time.Minute)
+		require.NoError(t, err, "leases are per consumer")
+
+		l.Release()
+		l.Release() // twice is fine
+		l2, err := s.Lease(ctx, "c", "m1", time.Minute)
+		require.NoError(t, err, "a released lease lets the redelivery run at once")
+		// The work's answer commits the marker; later deliveries are
+		// duplicates.
+		require.NoError(t, s.Process(ctx, "c", "m1", func(context.Context) error { return nil }))
+		l2.Release()
+		_, err = s.Lease(ctx, "c", "m1", time.Minute)
+		assert.Equal(t, failure.Duplicate, failure.Of(err))
+	})
+
+	t.Run("a held lease is renewed past its ttl", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		l, err := s.Lease(ctx, "c", "m1", 300*time.Millisecond)
+		require.NoError(t, err)
+		defer l.Release()
+		time.Sleep(900 * time.Millisecond)
+		_, err = s.Lease(ctx, "c", "m1", time.Minute)
+		assert.ErrorIs(t, err, inbox.ErrLeased, "still held three ttls later: renewed")
+	})
+
+	t.Run("lease refuses an empty key and a tiny ttl", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		_, err := s.Lease(ctx, "", "m1", time.Minute)
+		assert.Equal(t, failure.Permanent, failure.Of(err))
+		_, err = s.Lease(ctx, "c", "m1", time.Millisecond)
+		assert.Error(t, err)
+	})
+
 	t.Run("unmark allows processing again", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)

@@ -2,6 +2,7 @@ package interviews
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -70,9 +71,16 @@ func (h Handlers) handleReportGenerate(msg *message.Message) error {
 	if err != nil {
 		return fmt.Errorf("claim report: %w", err)
 	}
-	// 5. Held by another worker (or completed meanwhile).
+	// 5. Held by another worker's live claim: retried once that claim
+	// could be stale, never acknowledged — the holder may have died
+	// mid-generation (eventpipe's rule: a redelivery that finds a live
+	// claim is retried later). Completed meanwhile: done.
 	if !claim.Claimed {
-		log.InfoContext(ctx, "report held by another worker, skipped", slog.String("status", claim.Status))
+		if claim.Status == ReportProcessing {
+			log.InfoContext(ctx, "report held by another worker's live claim, retried later")
+			return failure.AsTransient(errors.New("report held by another worker's live claim"), h.staleClaim())
+		}
+		log.InfoContext(ctx, "report completed by another worker, nothing to do", slog.String("status", claim.Status))
 		return nil
 	}
 	log = log.With(slog.Int("attempt_count", claim.AttemptCount))

@@ -191,6 +191,12 @@ func (p *failingCallbacks) fail(requestID string) {
 	p.ids[requestID] = true
 }
 
+func (p *failingCallbacks) recover(requestID string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.ids, requestID)
+}
+
 func (p *failingCallbacks) Publish(topic string, msgs ...*message.Message) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -258,13 +264,13 @@ func newFixture(t *testing.T, kind string, opts fixtureOptions) *fixture {
 		ib, err := inbox.NewPostgres(pool, schema)
 		require.NoError(t, err)
 		f.store, f.inbox, outboxImpl = st, ib, outbox.TxWriter{Table: outbox.Table{Schema: schema}}
-		relay, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{Schema: schema, PollInterval: 100 * time.Millisecond}, testLogger)
+		relay, err := outbox.NewRelay(pool, f.failing, outbox.RelayConfig{Schema: schema, PollInterval: 100 * time.Millisecond}, testLogger)
 		require.NoError(t, err)
 		done := make(chan struct{})
 		go func() { defer close(done); _ = relay.Run(ctx) }()
 		t.Cleanup(func() { cancel(); <-done })
 	} else {
-		f.store, f.inbox, outboxImpl = core.NewMemory(), inbox.NewMemory(), outbox.AfterCommit{Publisher: pub}
+		f.store, f.inbox, outboxImpl = core.NewMemory(), inbox.NewMemory(), outbox.AfterCommit{Publisher: f.failing}
 	}
 
 	procs := aiworker.Processors{Resume: f.proc, CoverLetter: f.proc, Repository: f.proc, Web: f.proc, Questions: f.proc,

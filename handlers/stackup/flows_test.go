@@ -390,34 +390,50 @@ func testDeadLetters(t *testing.T, kind string) {
 		assert.Contains(t, dl.Reason, c.reason, c.name)
 	}
 
-	// The success callback cannot be published: not reported as FAILED,
-	// dead-lettered with the error, inbox mark removed.
-	repo := newID()
-	msg, reqTopic := encode(t, catalog.Outgoing{Type: catalog.AnalyzeRepository, Payload: &catalog.AnalyzeRepositoryV1{
-		RepositoryID: repo, RepoFullName: "octocat/hello-world", DefaultBranch: "main", AnalyzedDocumentID: newID()}})
-	f.failing.fail(msg.UUID)
-	require.NoError(t, f.pub.Publish(reqTopic, msg))
-	_, dl := f.deadLetter("dlq.ai.analyze.repository", msg.UUID)
-	assert.Contains(t, dl.Reason, "success callback")
-	assert.Contains(t, dl.Reason, errBrokerRefused.Error())
-	assert.Equal(t, 1, f.proc.called(repo))
-	assertUnmarked(t, f.inbox, aiworker.RouteName("ai.analyze.repository"), msg.UUID)
-	assert.Empty(t, f.deliveries("core.callback.analysis", msg.UUID), "no FAILED callback either")
+	if kind == "postgres" {
+		// With the outbox table the callback is a row committed with the
+		// processed marker: a broker that refuses it makes the relay
+		// retry, never a dead letter, and it arrives once accepted.
+		repo := newID()
+		msg, reqTopic := encode(t, catalog.Outgoing{Type: catalog.AnalyzeRepository, Payload: &catalog.AnalyzeRepositoryV1{
+			RepositoryID: repo, RepoFullName: "octocat/hello-world", DefaultBranch: "main", AnalyzedDocumentID: newID()}})
+		f.failing.fail(msg.UUID)
+		require.NoError(t, f.pub.Publish(reqTopic, msg))
+		eventually(t, "request handled", func() bool { return f.handledCount(msg.UUID) == 1 })
+		assert.Empty(t, f.deliveries("core.callback.analysis", msg.UUID), "refused, so not delivered yet")
+		f.failing.recover(msg.UUID)
+		eventually(t, "callback delivered by the relay", func() bool { return len(f.deliveries("core.callback.analysis", msg.UUID)) == 1 })
+		assert.Equal(t, 1, f.proc.called(repo), "the work ran once")
+	} else {
+		// The success callback cannot be published: not reported as FAILED,
+		// dead-lettered with the error, inbox mark removed.
+		repo := newID()
+		msg, reqTopic := encode(t, catalog.Outgoing{Type: catalog.AnalyzeRepository, Payload: &catalog.AnalyzeRepositoryV1{
+			RepositoryID: repo, RepoFullName: "octocat/hello-world", DefaultBranch: "main", AnalyzedDocumentID: newID()}})
+		f.failing.fail(msg.UUID)
+		require.NoError(t, f.pub.Publish(reqTopic, msg))
+		_, dl := f.deadLetter("dlq.ai.analyze.repository", msg.UUID)
+		assert.Contains(t, dl.Reason, "success callback")
+		assert.Contains(t, dl.Reason, errBrokerRefused.Error())
+		assert.Equal(t, 1, f.proc.called(repo))
+		assertUnmarked(t, f.inbox, aiworker.RouteName("ai.analyze.repository"), msg.UUID)
+		assert.Empty(t, f.deliveries("core.callback.analysis", msg.UUID), "no FAILED callback either")
 
-	// Even the FAILED callback cannot be published (the last safety net):
-	// the original error goes to the DLQ, the inbox mark is removed.
-	repo2 := newID()
-	f.proc.on(repo2, func(int) error {
-		return &aiworker.DomainError{Type: "RepoAnalyzeError", Code: "REPO_NOT_FOUND", Err: errors.New("404 from GitHub")}
-	})
-	msg2, _ := encode(t, catalog.Outgoing{Type: catalog.AnalyzeRepository, Payload: &catalog.AnalyzeRepositoryV1{
-		RepositoryID: repo2, RepoFullName: "octocat/gone", DefaultBranch: "main", AnalyzedDocumentID: newID()}})
-	f.failing.fail(msg2.UUID)
-	require.NoError(t, f.pub.Publish(reqTopic, msg2))
-	_, dl = f.deadLetter("dlq.ai.analyze.repository", msg2.UUID)
-	assert.Contains(t, dl.Reason, "FAILED callback")
-	assert.Contains(t, dl.Reason, "404 from GitHub", "the original error")
-	assertUnmarked(t, f.inbox, aiworker.RouteName("ai.analyze.repository"), msg2.UUID)
+		// Even the FAILED callback cannot be published (the last safety net):
+		// the original error goes to the DLQ, the inbox mark is removed.
+		repo2 := newID()
+		f.proc.on(repo2, func(int) error {
+			return &aiworker.DomainError{Type: "RepoAnalyzeError", Code: "REPO_NOT_FOUND", Err: errors.New("404 from GitHub")}
+		})
+		msg2, _ := encode(t, catalog.Outgoing{Type: catalog.AnalyzeRepository, Payload: &catalog.AnalyzeRepositoryV1{
+			RepositoryID: repo2, RepoFullName: "octocat/gone", DefaultBranch: "main", AnalyzedDocumentID: newID()}})
+		f.failing.fail(msg2.UUID)
+		require.NoError(t, f.pub.Publish(reqTopic, msg2))
+		_, dl = f.deadLetter("dlq.ai.analyze.repository", msg2.UUID)
+		assert.Contains(t, dl.Reason, "FAILED callback")
+		assert.Contains(t, dl.Reason, "404 from GitHub", "the original error")
+		assertUnmarked(t, f.inbox, aiworker.RouteName("ai.analyze.repository"), msg2.UUID)
+	}
 
 	// A duplicate messageId has one effect.
 	web := newID()

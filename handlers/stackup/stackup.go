@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -66,6 +67,9 @@ type Deps struct {
 	// Processors are the AI worker's; a consumed queue whose processor is
 	// nil refuses to start.
 	Processors aiworker.Processors
+	// LeaseTTL is the AI worker's lease on a request's work
+	// (aiworker.Config.LeaseTTL); aiworker.DefaultLeaseTTL when 0.
+	LeaseTTL time.Duration
 	// AIQueues limits the AI worker to these request queues (empty = all).
 	AIQueues []string
 	// Versions adds request-type versions to the AI worker (§7).
@@ -105,7 +109,7 @@ func New(roles Roles, d Deps) (*Handlers, error) {
 	h := &Handlers{}
 	var errs []error
 	if roles.AIWorker {
-		w, err := aiworker.New(aiworker.Config{Catalog: d.Catalog, Topology: d.Topology, Publisher: d.Publisher, Inbox: d.Inbox,
+		w, err := aiworker.New(aiworker.Config{Catalog: d.Catalog, Topology: d.Topology, Publisher: d.Publisher, Inbox: d.Inbox, Outbox: d.Outbox, LeaseTTL: d.LeaseTTL,
 			Processors: d.Processors, Queues: d.AIQueues, Retry: d.Retry, Versions: d.Versions, Logger: d.Logger})
 		if err != nil {
 			errs = append(errs, err)

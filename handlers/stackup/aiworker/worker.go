@@ -22,18 +22,22 @@
 //     failure, §5.11); errorMessage is "ExcType: message", at most 500
 //     characters;
 //   - the success callback cannot be published: not reported as FAILED; the
-//     message goes to the DLQ with that error and its inbox mark is removed
-//     so a redrive runs it again. Same when even the FAILED callback cannot
-//     be published ("최후 안전망").
+//     message goes to the DLQ with that error, unmarked, so a redrive runs
+//     it again. Same when even the FAILED callback cannot be published
+//     ("최후 안전망"). With the outbox table the callback is a row committed
+//     with the marker, so a broker that refuses it makes the relay retry.
 //
 // analyze.voice and generate.tts keep the direct model (§6): a DomainError
-// becomes a FAILED callback with its code; any other error unmarks the inbox
-// and is retried, then dead-lettered.
+// becomes a FAILED callback with its code; any other error is retried, then
+// dead-lettered.
 //
-// The inbox mark is taken before the work (the spec's processed_messages
-// check) and removed on every path that ends without a callback: a crash
-// between the mark and the callback is the one window where a request is
-// neither answered nor redelivered — the spec's trade-off, see the report.
+// Mark after the work, lease during it (eventpipe's rule, replacing the
+// spec's "mark, then unmark on the DLQ path"): the processed marker is written
+// only with the callback — in one transaction with its outbox row — so a
+// worker killed mid-work leaves the request to its redelivery, which is never
+// acknowledged as a duplicate. While the work runs an inbox lease (renewed,
+// expiring one LeaseTTL after its holder died) keeps a redelivery from
+// running it twice: it is retried after the lease's time left.
 package aiworker
 
 import (
@@ -45,6 +49,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -53,6 +58,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/inbox"
 	"github.com/eventpipe/eventpipe/app/llm"
 	"github.com/eventpipe/eventpipe/app/msgctx"
+	"github.com/eventpipe/eventpipe/app/outbox"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/topology"
 	"github.com/eventpipe/eventpipe/handlers/stackup/catalog"
@@ -92,8 +98,17 @@ type Config struct {
 	Topology topology.Topology
 	// Publisher publishes callbacks and notifications to
 	// "<exchange>/<routing-key>" topics (a routing publisher).
-	Publisher  message.Publisher
-	Inbox      inbox.Store
+	Publisher message.Publisher
+	Inbox     inbox.Store
+	// Outbox takes the callbacks with the processed marker (outbox.TxWriter:
+	// one transaction, a relay publishes; outbox.AfterCommit: published
+	// right after the in-memory marker). nil publishes them directly, then
+	// marks: a crash between the two repeats the callback, never loses it.
+	Outbox outbox.Writer
+	// LeaseTTL is how long a request's work is claimed without a renewal
+	// (inbox.Lease); DefaultLeaseTTL when 0. A worker killed mid-work
+	// holds the request at most this long.
+	LeaseTTL   time.Duration
 	Processors Processors
 	// Queues lists the request queues to consume; empty means all nine.
 	Queues []string
@@ -103,6 +118,11 @@ type Config struct {
 	Versions map[string][]VersionHandler
 	Logger   *slog.Logger
 }
+
+// DefaultLeaseTTL is Config.LeaseTTL's default: long enough that a renewal
+// every 10 s survives a slow database, short enough that a request whose
+// worker died is taken over within half a minute.
+const DefaultLeaseTTL = 30 * time.Second
 
 // Worker runs the AI server's consumers.
 type Worker struct {
@@ -231,22 +251,24 @@ func (w *Worker) guard(consumer string, t catalog.Type, vh VersionHandler, maxAt
 	return func(ctx context.Context, d catalog.Delivery) error {
 		log := w.cfg.Logger.With(d.Attrs()...)
 		id := d.Envelope.MessageID
-		// The idempotency check: the spec's processed_messages insert.
-		if err := w.cfg.Inbox.Process(ctx, consumer, id, func(context.Context) error { return nil }); err != nil {
-			return err // duplicate → acknowledged by Observe; else retried
+		// Mark after the work, lease during it: the processed marker is
+		// written only with the callback, so a worker killed mid-work
+		// leaves the request to its redelivery; the lease keeps a
+		// redelivery that arrives while the work still runs from running
+		// it twice (it is retried later, never acknowledged).
+		l, err := w.cfg.Inbox.Lease(ctx, consumer, id, w.leaseTTL())
+		if err != nil {
+			return err // duplicate → acknowledged by Observe; leased → retried after the lease's time left
 		}
-		unmark := func(why string) {
-			if err := w.cfg.Inbox.Unmark(context.WithoutCancel(ctx), consumer, id); err != nil {
-				log.ErrorContext(ctx, "stackup: inbox unmark failed; a redrive of this message would be skipped",
-					slog.String("because", why), slog.Any("error", err))
-			}
-		}
+		defer l.Release()
 		job := Job{Envelope: d.Envelope, notify: func(nctx context.Context, mt, ev string, data any) { w.notify(nctx, d, mt, ev, data) }}
 
 		result, perr := run(ctx, vh, job, d.Payload)
 		if perr == nil {
-			if err := w.publish(ctx, t.Callback, d, result); err != nil {
-				unmark("success callback not published")
+			if err := w.answer(ctx, consumer, t.Callback, d, result); err != nil {
+				if failure.Of(err) == failure.Duplicate {
+					return err // a twin answered first
+				}
 				// §5.11: never reported as FAILED; the original error, to the DLQ.
 				return failure.AsPermanent(fmt.Errorf("publish %s success callback (work done, not reported as FAILED): %w", t.Callback, err))
 			}
@@ -254,22 +276,21 @@ func (w *Worker) guard(consumer string, t catalog.Type, vh VersionHandler, maxAt
 			return nil
 		}
 		if ctx.Err() != nil {
-			unmark("shutdown")
 			return perr
 		}
 		var de *DomainError
 		isDomain := errors.As(perr, &de)
 		if vh.Direct && !isDomain {
-			unmark("error without a callback")
 			return perr
 		}
 		if retryable(perr) && msgctx.Attempt(ctx) < maxAttempts {
-			unmark("retrying")
 			return perr
 		}
 		sig := Signal(t.Name, perr)
-		if err := w.publish(ctx, t.Callback, d, vh.Failed(d.Payload, sig)); err != nil {
-			unmark("FAILED callback not published")
+		if err := w.answer(ctx, consumer, t.Callback, d, vh.Failed(d.Payload, sig)); err != nil {
+			if failure.Of(err) == failure.Duplicate {
+				return err
+			}
 			return failure.AsPermanent(fmt.Errorf("publish %s FAILED callback (%w) after: %w", t.Callback, err, perr))
 		}
 		log.WarnContext(ctx, "stackup request failed, FAILED callback published",
@@ -277,6 +298,45 @@ func (w *Worker) guard(consumer string, t catalog.Type, vh VersionHandler, maxAt
 			slog.Bool("retriable", sig.Retriable), slog.Any("error", perr))
 		return nil
 	}
+}
+
+func (w *Worker) leaseTTL() time.Duration {
+	if w.cfg.LeaseTTL > 0 {
+		return w.cfg.LeaseTTL
+	}
+	return DefaultLeaseTTL
+}
+
+// answer sends the callback and writes the processed marker as one step. With
+// an outbox writer the callback is written in the marker's transaction (a
+// failed after-commit publish of the memory twin unmarks, so that the request
+// is never marked without an answer); without one it is published first and
+// marked after. A twin that answered first makes it a failure.Duplicate and
+// sends nothing.
+func (w *Worker) answer(ctx context.Context, consumer, messageType string, d catalog.Delivery, p catalog.Payload) error {
+	id := d.Envelope.MessageID
+	msg, topic, err := w.encode(ctx, messageType, d, p)
+	if err != nil {
+		return err
+	}
+	if w.cfg.Outbox == nil {
+		if err := w.cfg.Publisher.Publish(topic, msg); err != nil {
+			return fmt.Errorf("publish %s: %w", topic, err)
+		}
+		return w.cfg.Inbox.Process(ctx, consumer, id, func(context.Context) error { return nil })
+	}
+	err = outbox.Unit(ctx, func(ctx context.Context) error {
+		return w.cfg.Inbox.Process(ctx, consumer, id, func(ctx context.Context) error {
+			return w.cfg.Outbox.Write(ctx, topic, msg)
+		})
+	})
+	if np := (*outbox.NotPublishedError)(nil); errors.As(err, &np) {
+		if uerr := w.cfg.Inbox.Unmark(context.WithoutCancel(ctx), consumer, id); uerr != nil {
+			w.cfg.Logger.ErrorContext(ctx, "stackup: inbox unmark failed; a redrive of this message would be skipped",
+				append(d.Attrs(), slog.Any("error", uerr))...)
+		}
+	}
+	return err
 }
 
 var errPanic = errors.New("processor panicked")
@@ -304,18 +364,12 @@ func run(ctx context.Context, vh VersionHandler, job Job, req catalog.Payload) (
 	return vh.Process(ctx, job, req)
 }
 
-func (w *Worker) publish(ctx context.Context, messageType string, d catalog.Delivery, p catalog.Payload) error {
-	msg, topic, err := w.cfg.Catalog.Encode(ctx, catalog.Outgoing{
+// encode builds the callback of messageType for delivery d.
+func (w *Worker) encode(ctx context.Context, messageType string, d catalog.Delivery, p catalog.Payload) (*message.Message, string, error) {
+	return w.cfg.Catalog.Encode(ctx, catalog.Outgoing{
 		Type: messageType, Publisher: envelope.PublisherAI, Payload: p, Context: d.Envelope.Context,
 		TraceID: d.Envelope.TraceID, CorrelationID: d.Envelope.MessageID,
 	})
-	if err != nil {
-		return err
-	}
-	if err := w.cfg.Publisher.Publish(topic, msg); err != nil {
-		return fmt.Errorf("publish %s: %w", topic, err)
-	}
-	return nil
 }
 
 func (w *Worker) notify(ctx context.Context, d catalog.Delivery, messageType, eventType string, data any) {
