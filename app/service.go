@@ -53,6 +53,10 @@ type Service struct {
 	admin          net.Listener // nil when admin.addr is ""
 	// specs are the enabled specs' built parts, in Modules order.
 	specs []builtSpec
+	// drain ends in-flight handlers' contexts; cancelled when the shutdown
+	// timeout is over (middleware.Drain).
+	drain       context.Context
+	cancelDrain context.CancelFunc
 }
 
 // builtSpec is one enabled spec's parts and the listeners of its servers.
@@ -67,7 +71,12 @@ type builtSpec struct {
 // configured, builds the enabled specs and wires the router. Nothing is
 // consumed before Run. A spec that cannot be built is a *spec.BuildError.
 func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Service, error) {
+	return newService(ctx, cfg, logger, Modules())
+}
+
+func newService(ctx context.Context, cfg config.Config, logger *slog.Logger, modules []spec.Module) (*Service, error) {
 	s := &Service{cfg: cfg, logger: logger, registry: prometheus.NewRegistry()}
+	s.drain, s.cancelDrain = context.WithCancel(context.WithoutCancel(ctx))
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	tp, tracerShutdown, err := telemetry.Setup(ctx, telemetry.Config{
@@ -110,7 +119,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Service,
 		s.closeResources()
 		return nil, err
 	}
-	if err := s.buildSpecs(ctx, deps); err != nil {
+	if err := s.buildSpecs(ctx, deps, modules); err != nil {
 		s.closeResources()
 		return nil, err
 	}
@@ -126,9 +135,14 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Service,
 		Publisher: s.publisher,
 		NackDelay: NacksWithDelay(ps),
 		Tracer:    tp,
+		Drain:     s.drain,
 	}
+	// The router closes a handler's subscriber when it stops; the broker is
+	// shared by every route and by the handlers still draining, so the
+	// router gets one it cannot close (closeResources closes the broker last).
+	sub := unclosable{ps}
 	for _, r := range s.routes {
-		if err := AddRoute(router, ps, chain, r); err != nil {
+		if err := AddRoute(router, sub, chain, r); err != nil {
 			s.closeResources()
 			return nil, err
 		}
@@ -204,8 +218,11 @@ func (s *Service) sharedDeps(top topology.Topology) (spec.Deps, error) {
 // buildSpecs builds every enabled spec, opens its servers' listeners and
 // collects its routes, each route's policy adjusted to its queue's declaration
 // in the topology.
-func (s *Service) buildSpecs(ctx context.Context, d spec.Deps) error {
-	for _, m := range enabledModules(s.cfg) {
+func (s *Service) buildSpecs(ctx context.Context, d spec.Deps, modules []spec.Module) error {
+	for _, m := range modules {
+		if !m.Enabled(s.cfg) {
+			continue
+		}
 		parts, err := m.Build(ctx, d)
 		if err != nil {
 			return &spec.BuildError{Spec: m.Name, Err: err}
@@ -243,6 +260,14 @@ func AddRoute(router *message.Router, sub message.Subscriber, deps middleware.De
 	router.AddConsumerHandler(r.Name, r.Queue, sub, r.Handle).AddMiddleware(middleware.Chain(deps, r)...)
 	return nil
 }
+
+// unclosable is a subscriber whose Close does nothing: the router's handlers
+// close their subscriber as they stop, which would close the shared broker
+// under the handlers still running and the publishes they still make.
+type unclosable struct{ message.Subscriber }
+
+// Close does nothing; the service closes the broker after the drain.
+func (unclosable) Close() error { return nil }
 
 // NacksWithDelay reports whether ps delays nacked messages itself
 // (broker.NackDelayer), for middleware.Deps.
@@ -335,9 +360,13 @@ func (s *Service) Run(ctx context.Context) error {
 	case <-ctx.Done():
 		s.logger.Info("shutting down: stopping intake, finishing in-flight messages",
 			slog.Duration("timeout", s.cfg.Serve.ShutdownTimeout))
+		// Close stops intake and waits up to serve.shutdown_timeout for the
+		// in-flight handlers, whose contexts live on until then (their
+		// publishes still go out: the broker stays open).
 		if err := s.router.Close(); err != nil {
 			runErr = fmt.Errorf("router close: %w", err)
 		}
+		s.cancelDrain()
 		if err := <-routerErr; err != nil && runErr == nil {
 			runErr = fmt.Errorf("router: %w", err)
 		}
@@ -457,6 +486,7 @@ func (rs *runningServers) shutdown() {
 }
 
 func (s *Service) closeResources() {
+	s.cancelDrain()
 	for _, b := range s.specs {
 		for _, l := range b.listeners {
 			_ = l.Close()

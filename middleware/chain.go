@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"context"
 	"log/slog"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -21,6 +22,10 @@ type Deps struct {
 	NackDelay bool
 	// Tracer records spans (telemetry.Setup); nil or no-op records nothing.
 	Tracer trace.TracerProvider
+	// Drain, when set, ends in-flight handlers' contexts instead of their
+	// subscriptions (Drain): the root cancels it when the shutdown timeout
+	// is over.
+	Drain context.Context
 }
 
 // Chain returns the middleware of one route, in the one order they run,
@@ -28,6 +33,8 @@ type Deps struct {
 // the router's, because the policy differs per route and must sit outside
 // panic recovery.
 //
+//  0. Drain (when Deps.Drain is set): the handler's context outlives the
+//     subscription, until the shutdown timeout is over.
 //  1. Correlation: every message has a trace id (x-trace-id, else the one
 //     its wire format carries, else its traceparent's, else a new one), in its
 //     context and on what it produces.
@@ -50,11 +57,15 @@ func Chain(d Deps, r route.Route) []message.HandlerMiddleware {
 		Logger:    d.Logger,
 		Metrics:   d.Metrics,
 	}
-	return []message.HandlerMiddleware{
+	chain := []message.HandlerMiddleware{
 		CorrelationFrom(r.TraceID),
 		Tracing(d.Tracer),
 		Observe(d.Logger, d.Metrics),
 		policy.Middleware,
 		wmw.Recoverer,
 	}
+	if d.Drain != nil {
+		chain = append([]message.HandlerMiddleware{Drain(d.Drain)}, chain...)
+	}
+	return chain
 }
