@@ -95,7 +95,7 @@ func (e *effects) waitFor(t *testing.T, id string, timeout time.Duration, what s
 		case <-e.changed:
 		case <-time.After(100 * time.Millisecond):
 		case <-deadline:
-			t.Fatalf("%s: not within %s (attempts %v, effects %d)", what, timeout, attempts, done)
+			require.Failf(t, "condition not met in time", "%s: not within %s (attempts %v, effects %d)", what, timeout, attempts, done)
 		}
 	}
 }
@@ -357,7 +357,7 @@ func testShutdownDuringProcessing(t *testing.T, b testbrokers.Kind) {
 	select {
 	case <-started:
 	case <-time.After(b.Redelivery):
-		t.Fatal("the handler never started")
+		require.FailNow(t, "the handler never started")
 	}
 	stop() // the router closes its subscriber, as serve does at exit
 
@@ -404,7 +404,7 @@ func testKilledMidHandler(t *testing.T, b testbrokers.Kind) {
 	case id := <-handling:
 		require.Equal(t, msg.UUID, id)
 	case <-time.After(60 * time.Second):
-		t.Fatal("the child never started handling the message")
+		require.FailNow(t, "the child never started handling the message")
 	}
 	require.NoError(t, cmd.Process.Kill())
 	_ = cmd.Wait()

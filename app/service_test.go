@@ -70,7 +70,7 @@ func TestServiceDemoOnMemory(t *testing.T) {
 	if !assert.Eventually(t, func() bool {
 		return strings.Contains(logs.String(), `"msg":"greeted"`)
 	}, 10*time.Second, 20*time.Millisecond) {
-		t.Fatalf("no greeting went through both handlers; logs:\n%s", logs.String())
+		require.Failf(t, "no greeting went through both handlers", "logs:\n%s", logs.String())
 	}
 
 	code, _ := get(t, base+"/healthz")
@@ -118,7 +118,7 @@ func TestServiceDemoOnMemory(t *testing.T) {
 	case err := <-done:
 		require.NoError(t, err)
 	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not return after cancel")
+		require.FailNow(t, "Run did not return after cancel")
 	}
 	assert.Contains(t, logs.String(), "eventpipe stopped cleanly")
 }
@@ -202,7 +202,7 @@ func TestServiceDemoOnEveryBroker(t *testing.T) {
 
 			if !assert.Eventually(t, func() bool { return strings.Contains(logs.String(), "msg=greeted") },
 				60*time.Second, 50*time.Millisecond) {
-				t.Fatalf("no message flowed on %s:\n%s", c.kind, logs.String())
+				require.Failf(t, "no message flowed", "on %s; logs:\n%s", c.kind, logs.String())
 			}
 			code, body := get(t, "http://"+svc.AdminAddr()+"/readyz")
 			assert.Equal(t, http.StatusOK, code, body)
@@ -212,7 +212,7 @@ func TestServiceDemoOnEveryBroker(t *testing.T) {
 			case err := <-done:
 				require.NoError(t, err)
 			case <-time.After(60 * time.Second):
-				t.Fatal("Run did not return after cancel")
+				require.FailNow(t, "Run did not return after cancel")
 			}
 		})
 	}

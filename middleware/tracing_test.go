@@ -87,7 +87,7 @@ func startPipeline(t *testing.T, tp trace.TracerProvider, handle func(msg *messa
 	select {
 	case <-router.Running():
 	case <-time.After(5 * time.Second):
-		t.Fatal("router did not start")
+		require.FailNow(t, "router did not start")
 	}
 	return p
 }
@@ -99,7 +99,7 @@ func (p pipeline) receive(t *testing.T) *message.Message {
 		msg.Ack()
 		return msg
 	case <-time.After(5 * time.Second):
-		t.Fatal("no follow-up message")
+		require.FailNow(t, "no follow-up message")
 		return nil
 	}
 }
@@ -121,7 +121,7 @@ func spanNamed(t *testing.T, spans []sdktrace.ReadOnlySpan, name string) sdktrac
 			return s
 		}
 	}
-	t.Fatalf("no span %q", name)
+	require.Failf(t, "span not found", "no span %q", name)
 	return nil
 }
 

@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // pairs builds every pair of the table on the real services, sized by m.
@@ -94,9 +97,7 @@ func TestBenchTable(t *testing.T) {
 	// EVENTPIPE_BENCH_ONLY=<regexp> runs the pairs whose id, scenario and
 	// settings match, for tuning one figure at a time.
 	only, err := regexp.Compile(os.Getenv("EVENTPIPE_BENCH_ONLY"))
-	if err != nil {
-		t.Fatalf("EVENTPIPE_BENCH_ONLY: %v", err)
-	}
+	require.NoError(t, err, "EVENTPIPE_BENCH_ONLY")
 	start := time.Now()
 	var rows []Row
 	for _, p := range pairs(t, m) {
@@ -111,23 +112,18 @@ func TestBenchTable(t *testing.T) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\neventpipe benchmarks, %s mode: %d alternating repetitions per side, medians; %s, GOMAXPROCS=%d, %s; took %s\n\n",
 		m.name, m.reps, runtime.Version(), runtime.GOMAXPROCS(0), time.Now().UTC().Format(time.RFC3339), time.Since(start).Round(time.Second))
-	if err := Render(&b, rows); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, Render(&b, rows))
 	if m == smokeMode {
 		t.Log(b.String())
 	} else {
 		fmt.Print(b.String())
 	}
 	if out := os.Getenv("EVENTPIPE_BENCH_OUT"); out != "" && m != smokeMode {
-		if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile(out, []byte(b.String()), 0o644))
 	}
 	for _, r := range rows {
-		if r.Ours == "" || r.Baseline == "" {
-			t.Errorf("row %s %s has no figures", r.ID, r.Scenario)
-		}
+		assert.NotEmpty(t, r.Ours, "row %s %s has no figures", r.ID, r.Scenario)
+		assert.NotEmpty(t, r.Baseline, "row %s %s has no figures", r.ID, r.Scenario)
 	}
 }
 

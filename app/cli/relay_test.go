@@ -48,7 +48,7 @@ func TestRelayCommand(t *testing.T) {
 	case code := <-done:
 		assert.Equal(t, cli.ExitOK, code, errOut.String())
 	case <-ctx.Done():
-		t.Fatal("relay did not stop")
+		require.FailNow(t, "relay did not stop")
 	}
 	assert.Contains(t, errOut.String(), "outbox relay started")
 }

@@ -126,7 +126,7 @@ func runSuite(t *testing.T, newStore func(t *testing.T) inbox.Store) {
 		}()
 		select {
 		case err := <-second:
-			t.Fatalf("second delivery did not wait for the first: %v", err)
+			require.Failf(t, "second delivery did not wait for the first", "it returned %v", err)
 		case <-time.After(150 * time.Millisecond):
 		}
 		close(release)
@@ -228,7 +228,7 @@ func runSuite(t *testing.T, newStore func(t *testing.T) inbox.Store) {
 		case err := <-done:
 			assert.NoError(t, err)
 		case <-time.After(5 * time.Second):
-			t.Fatal("janitor did not stop")
+			require.FailNow(t, "janitor did not stop")
 		}
 	})
 }

@@ -72,7 +72,7 @@ func TestLoggerAttachesMessageAttributes(t *testing.T) {
 	select {
 	case <-logged:
 	case <-time.After(10 * time.Second):
-		t.Fatal("the handler never ran")
+		require.FailNow(t, "the handler never ran")
 	}
 
 	var line map[string]any

@@ -60,12 +60,12 @@ func TestRelayOnEveryBroker(t *testing.T) {
 					assert.Equal(t, "trace-"+m.UUID[len(prefix)+1:], m.Metadata.Get("x-trace-id"))
 					m.Ack()
 				case <-deadline:
-					t.Fatalf("%d of %d events arrived", len(seen), n)
+					require.Failf(t, "not every event arrived", "%d of %d events arrived", len(seen), n)
 				}
 			}
 			select { // nothing published twice
 			case m := <-received:
-				t.Fatalf("event %s published again", m.UUID)
+				require.Failf(t, "an event was published again", "event %s", m.UUID)
 			case <-time.After(time.Second):
 			}
 			for id, c := range seen {

@@ -59,7 +59,7 @@ func TestRunWorkers(t *testing.T) {
 	case err := <-done:
 		require.NoError(t, err)
 	case <-ctx.Done():
-		t.Fatal("RunWorkers did not stop")
+		require.FailNow(t, "RunWorkers did not stop")
 	}
 
 	err := outbox.RunWorkers(ctx, e.pool, pub, outbox.WorkersConfig{Relay: outbox.RelayConfig{BatchSize: -1}}, nil)

@@ -94,7 +94,7 @@ func TestRelayToMemoryBroker(t *testing.T) {
 		assert.Equal(t, "trace-1", got.Metadata.Get("x-trace-id"))
 		got.Ack()
 	case <-ctx.Done():
-		t.Fatal("message not relayed")
+		require.FailNow(t, "message not relayed")
 	}
 	require.Eventually(t, func() bool { return e.row(t, "evt-1").Published }, 5*time.Second, 10*time.Millisecond)
 	stop()
@@ -297,9 +297,7 @@ func TestConcurrentRelaysPublishEachRowOnce(t *testing.T) {
 	sent := pub.sent()
 	assert.Len(t, sent, total)
 	for id, n := range sent {
-		if n != 1 {
-			t.Errorf("%s published %d times", id, n)
-		}
+		assert.Equal(t, 1, n, "times %s was published", id)
 	}
 	assert.Greater(t, pub.callCount(), total/20, "work was split into batches")
 }
@@ -365,8 +363,8 @@ func TestRelayStrictOrderPerKey(t *testing.T) {
 	assert.Equal(t, want, got)
 	assert.Equal(t, int32(4), fails.Load(), "k0-00: 3 failures, then sent")
 	for id, n := range pub.sent() {
-		if id != "k0-00" && n != 1 {
-			t.Errorf("%s sent %d times", id, n)
+		if id != "k0-00" {
+			assert.Equal(t, 1, n, "times %s was sent", id)
 		}
 	}
 }
@@ -444,7 +442,7 @@ func TestCrashAfterPublishIsDeduplicatedByTheInbox(t *testing.T) {
 		select {
 		case <-consumed:
 		case <-ctx.Done():
-			t.Fatal("consumer did not get both deliveries")
+			require.FailNow(t, "consumer did not get both deliveries")
 		}
 	}
 	assert.Equal(t, int32(2), deliveries.Load(), "published twice")

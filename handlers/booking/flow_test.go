@@ -259,7 +259,7 @@ func testNoEventID(t *testing.T, b testbrokers.Kind) {
 		assert.Equal(t, f.queue, d.SourceQueue)
 		assert.Equal(t, booking.MaxAttempts, f.handled.of(msg.UUID))
 	case <-time.After(3 * f.b.Redelivery):
-		t.Fatal("no dead letter")
+		require.FailNow(t, "no dead letter")
 	}
 	assert.Zero(t, f.effects.applied.Load(), "never synthesised, never applied")
 	_, ok, err := f.store.Session(context.Background(), sid)

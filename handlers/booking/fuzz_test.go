@@ -3,6 +3,8 @@ package booking_test
 import (
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/eventpipe/eventpipe/handlers/booking"
 )
 
@@ -19,30 +21,24 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if ev.BookingSessionID == "" || ev.Type == "" || ev.OccurredAt.IsZero() ||
-			len(ev.EventID) > booking.MaxIDLength || len(ev.BookingSessionID) > booking.MaxIDLength {
-			t.Fatalf("accepted an event without its required fields: %+v", ev)
-		}
+		const required = "accepted an event without its required fields: %+v"
+		require.NotEmpty(t, ev.BookingSessionID, required, ev)
+		require.NotEmpty(t, ev.Type, required, ev)
+		require.False(t, ev.OccurredAt.IsZero(), required, ev)
+		require.LessOrEqual(t, len(ev.EventID), booking.MaxIDLength, required, ev)
+		require.LessOrEqual(t, len(ev.BookingSessionID), booking.MaxIDLength, required, ev)
 		id, err := booking.DeriveEventID(ev)
-		if err != nil {
-			t.Fatalf("accepted data DeriveEventID refuses: %v", err)
-		}
+		require.NoError(t, err, "accepted data DeriveEventID refuses")
 		ev2, err := booking.Decode(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if id2, _ := booking.DeriveEventID(ev2); id2 != id {
-			t.Fatalf("not deterministic: %s, %s", id, id2)
-		}
+		require.NoError(t, err)
+		id2, _ := booking.DeriveEventID(ev2)
+		require.Equal(t, id, id2, "not deterministic")
 		ev.EventID = id
 		if enc, err := booking.Encode(ev); err == nil {
 			back, err := booking.Decode(enc)
-			if err != nil {
-				t.Fatalf("decode(encode): %v", err)
-			}
-			if again, _ := booking.DeriveEventID(back); again != id {
-				t.Fatalf("the id changed through the wire: %s → %s", id, again)
-			}
+			require.NoError(t, err, "decode(encode)")
+			again, _ := booking.DeriveEventID(back)
+			require.Equal(t, id, again, "the id changed through the wire")
 		}
 	})
 }

@@ -76,7 +76,7 @@ func TestGreetPublishesGreetedWithTrace(t *testing.T) {
 		assert.Equal(t, "hello, Ada", g.Text)
 		assert.Equal(t, "trace-7", out.Metadata.Get(metadata.TraceIDKey))
 	case <-time.After(5 * time.Second):
-		t.Fatal("no greeted message")
+		require.FailNow(t, "no greeted message")
 	}
 	_, err = routes.ByQueue("nope")
 	assert.ErrorContains(t, err, demo.GreetingsQueue)

@@ -257,7 +257,7 @@ func testPoison(t *testing.T, b testbrokers.Kind) {
 			assert.Equal(t, f.queue, d.SourceQueue)
 			assert.Equal(t, disputes.MaxAttempts, f.handled.of(m.UUID))
 		case <-time.After(3 * f.b.Redelivery):
-			t.Fatalf("%s: no dead letter", c.reason)
+			require.Failf(t, "no dead letter", "for %s", c.reason)
 		}
 	}
 	assert.Zero(t, f.effects.reminders.Load()+f.effects.reviews.Load()+f.effects.refreshes.Load())
@@ -295,7 +295,7 @@ func testIngest(t *testing.T, b testbrokers.Kind) {
 	testbrokers.NoMessage(t, f.dlq, time.Second, "dead letter")
 	select {
 	case m := <-f.ingestD:
-		t.Fatalf("unexpected ingest dead letter %v", m)
+		require.Failf(t, "unexpected ingest dead letter", "%v", m)
 	default:
 	}
 	assert.Equal(t, int64(1), f.effects.refreshes.Load(), "one document, one DocumentIngested, one refresh")
@@ -318,7 +318,7 @@ func testIngestNoHeader(t *testing.T, b testbrokers.Kind) {
 		assert.Equal(t, disputes.IngestMaxAttempts, d.Attempts, "fail until maxReceiveCount 3")
 		assert.Contains(t, d.Reason, "document without header block")
 	case <-time.After(3 * f.b.Redelivery):
-		t.Fatal("no dead letter")
+		require.FailNow(t, "no dead letter")
 	}
 	assert.Zero(t, f.effects.refreshes.Load())
 }

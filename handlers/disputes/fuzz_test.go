@@ -3,6 +3,8 @@ package disputes_test
 import (
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/eventpipe/eventpipe/handlers/disputes"
 )
 
@@ -15,18 +17,18 @@ func FuzzDecodeEvent(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if env.EventID == "" || len(env.EventID) > disputes.MaxIDLength || env.AggregateID == "" || env.OccurredAt.IsZero() {
-			t.Fatalf("accepted an envelope without its required fields: %+v", env)
-		}
+		const required = "accepted an envelope without its required fields: %+v"
+		require.NotEmpty(t, env.EventID, required, env)
+		require.LessOrEqual(t, len(env.EventID), disputes.MaxIDLength, required, env)
+		require.NotEmpty(t, env.AggregateID, required, env)
+		require.False(t, env.OccurredAt.IsZero(), required, env)
 		set := 0
 		for _, ok := range []bool{ev.DisputeRaised != nil, ev.TransactionFlagged != nil, ev.DocumentIngested != nil} {
 			if ok {
 				set++
 			}
 		}
-		if set != 1 {
-			t.Fatalf("%d events set", set)
-		}
+		require.Equal(t, 1, set, "events set")
 		_ = disputes.Validate(body) // must not panic either
 	})
 }
@@ -41,9 +43,8 @@ func FuzzDecodeS3Notification(f *testing.F) {
 			return
 		}
 		for _, r := range refs {
-			if r.Bucket == "" || r.Key == "" {
-				t.Fatalf("record without bucket or key: %+v", r)
-			}
+			require.NotEmpty(t, r.Bucket, "record without bucket or key: %+v", r)
+			require.NotEmpty(t, r.Key, "record without bucket or key: %+v", r)
 		}
 	})
 }

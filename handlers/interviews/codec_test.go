@@ -110,16 +110,12 @@ func FuzzDecodeInterviewEvent(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		ev, err := interviews.DecodeInterviewEvent(body)
 		if err != nil {
-			if !errors.Is(err, interviews.ErrInvalidBody) {
-				t.Fatalf("error without ErrInvalidBody: %v", err)
-			}
+			require.ErrorIs(t, err, interviews.ErrInvalidBody, "error without ErrInvalidBody")
 			return
 		}
-		if (ev.Completed == nil) == (ev.Failed == nil) {
-			t.Fatalf("exactly one branch must be set: %+v", ev)
-		}
-		if c := ev.Completed; c != nil && (c.DurationSeconds < 0 || c.DurationSeconds > interviews.MaxDurationSeconds) {
-			t.Fatalf("duration out of range passed: %v", c.DurationSeconds)
+		require.True(t, (ev.Completed == nil) != (ev.Failed == nil), "exactly one branch must be set: %+v", ev)
+		if c := ev.Completed; c != nil {
+			require.False(t, c.DurationSeconds < 0 || c.DurationSeconds > interviews.MaxDurationSeconds, "duration out of range passed: %v", c.DurationSeconds)
 		}
 		_, _ = interviews.DecodeReportGenerate(body)
 	})

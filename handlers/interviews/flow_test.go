@@ -416,7 +416,7 @@ func testGeneratorKeepsFailing(t *testing.T, b testbrokers.Kind) {
 	select {
 	case dl = <-f.reportD:
 	case <-time.After(4 * b.Redelivery):
-		t.Fatal("no dead letter")
+		require.FailNow(t, "no dead letter")
 	}
 	dl.Ack()
 	info, ok, err := metadata.DeadLetterOf(dl)

@@ -3,6 +3,8 @@ package joinlink_test
 import (
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/eventpipe/eventpipe/handlers/joinlink"
 )
 
@@ -20,18 +22,19 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if m.SubType != joinlink.SubType || m.Data.ProgramSessionID <= 0 || m.Data.BatchSize < 0 || m.Data.ActorUserID < 0 || len(m.Data.Role) > joinlink.MaxRoleLength {
-			t.Fatalf("accepted an invalid message: %+v", m)
-		}
+		const invalid = "accepted an invalid message: %+v"
+		require.Equal(t, joinlink.SubType, m.SubType, invalid, m)
+		require.Positive(t, m.Data.ProgramSessionID, invalid, m)
+		require.GreaterOrEqual(t, m.Data.BatchSize, 0, invalid, m)
+		require.GreaterOrEqual(t, m.Data.ActorUserID, int64(0), invalid, m)
+		require.LessOrEqual(t, len(m.Data.Role), joinlink.MaxRoleLength, invalid, m)
 		if joinlink.Validate(body) == nil {
 			again, err := joinlink.Encode(m)
-			if err != nil {
-				t.Fatalf("Validate accepted what Encode refuses: %v", err)
-			}
+			require.NoError(t, err, "Validate accepted what Encode refuses")
 			m2, err := joinlink.Decode(again)
-			if err != nil || m2.Data != m.Data || !m2.Timestamp.Equal(m.Timestamp.Truncate(1e6)) {
-				t.Fatalf("round trip: %+v vs %+v (%v)", m, m2, err)
-			}
+			require.NoError(t, err, "round trip: %+v", m)
+			require.Equal(t, m.Data, m2.Data, "round trip: %+v vs %+v", m, m2)
+			require.True(t, m2.Timestamp.Equal(m.Timestamp.Truncate(1e6)), "round trip: %+v vs %+v", m, m2)
 		}
 	})
 }

@@ -29,7 +29,7 @@ func chromium(t *testing.T) string {
 	bin := envOr("EVENTPIPE_CHROMIUM", "/usr/bin/chromium")
 	if _, err := exec.LookPath(bin); err != nil {
 		if ci := os.Getenv("CI"); ci == "true" || ci == "1" {
-			t.Fatalf("chromium is missing (%v): CI must provide it; run .ci/chromium (make test does)", err)
+			require.Failf(t, "chromium is missing", "%v: CI must provide it; run .ci/chromium (make test does)", err)
 		}
 		t.Skipf("chromium is missing (%v): skipped on this developer machine (under CI, CI=true or 1, it fails); install it with .ci/chromium (as root)", err)
 	}

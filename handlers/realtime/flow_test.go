@@ -267,7 +267,7 @@ func testBadInput(t *testing.T, c *cluster, a, b *instance) {
 				t.Logf("dead-lettered (%s)", why)
 			}
 		case <-deadline:
-			t.Fatalf("dead-lettered %d of %d bad messages", len(seen), len(bad))
+			require.Failf(t, "not every bad message was dead-lettered", "dead-lettered %d of %d bad messages", len(seen), len(bad))
 		}
 	}
 	for _, cl := range clients[:2] {
@@ -298,7 +298,7 @@ func testSlowClient(t *testing.T, c *cluster, a *instance) {
 	select {
 	case <-stuck:
 	case <-time.After(30 * time.Second):
-		t.Fatal("the stuck client was not disconnected")
+		require.FailNow(t, "the stuck client was not disconnected")
 	}
 	assert.GreaterOrEqual(t, counter(t, a.reg, "eventpipe_realtime_slow_clients_disconnected_total", map[string]string{"kind": "session"}), 1.0)
 	got := reader.waitEvents(6)

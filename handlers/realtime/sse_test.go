@@ -51,7 +51,7 @@ func open(t *testing.T, base, path, tok, lastEventID string) *sseClient {
 	if resp.StatusCode != http.StatusOK {
 		_ = resp.Body.Close()
 		cancel()
-		t.Fatalf("GET %s: status %d, want 200", path, resp.StatusCode)
+		require.Failf(t, "unexpected status", "GET %s: status %d, want 200", path, resp.StatusCode)
 	}
 	require.Equal(t, "text/event-stream; charset=utf-8", resp.Header.Get("Content-Type"))
 	c := &sseClient{t: t, cancel: cancel, done: make(chan struct{}), changed: make(chan struct{}, 1)}
@@ -145,12 +145,10 @@ func (c *sseClient) waitEvents(n int) []sseEvent {
 		case <-c.changed:
 		case <-c.done:
 			events, _ = c.snapshot()
-			if len(events) >= n {
-				return events
-			}
-			c.t.Fatalf("stream ended after %d events, want %d: %v", len(events), n, events)
+			require.GreaterOrEqual(c.t, len(events), n, "stream ended after %d events: %v", len(events), events)
+			return events
 		case <-deadline:
-			c.t.Fatalf("read %d events, want %d: %v", len(events), n, events)
+			require.Failf(c.t, "too few events in time", "read %d events, want %d: %v", len(events), n, events)
 		}
 	}
 }
@@ -161,7 +159,7 @@ func (c *sseClient) waitEnded() {
 	select {
 	case <-c.done:
 	case <-time.After(30 * time.Second):
-		c.t.Fatal("stream did not end")
+		require.FailNow(c.t, "stream did not end")
 	}
 }
 
@@ -186,9 +184,9 @@ func (c *sseClient) waitComment(s string) {
 		select {
 		case <-c.changed:
 		case <-c.done:
-			c.t.Fatalf("stream ended without a %q comment: %v", s, comments)
+			require.Failf(c.t, "stream ended", "without a %q comment: %v", s, comments)
 		case <-deadline:
-			c.t.Fatalf("no %q comment: %v", s, comments)
+			require.Failf(c.t, "comment not seen in time", "no %q comment: %v", s, comments)
 		}
 	}
 }

@@ -339,7 +339,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	deadline := time.Now().Add(45 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("not within 45s: %s", what)
+			require.FailNow(t, "not within 45s", what)
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
@@ -391,7 +391,7 @@ func (f *fixture) deadLetter(dlq, id string) (*message.Message, metadata.DeadLet
 			require.True(f.t, ok, "dead letter %s has no history", id)
 			return m, dl
 		case <-timeout:
-			f.t.Fatalf("no dead letter %s on %s within 45s", id, dlq)
+			require.Failf(f.t, "no dead letter within 45s", "%s on %s", id, dlq)
 			return nil, metadata.DeadLetter{}
 		}
 	}

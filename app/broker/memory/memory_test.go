@@ -54,7 +54,7 @@ func TestDefaultDeliversToExistingSubscribers(t *testing.T) {
 		assert.Equal(t, sent.UUID, got.UUID)
 		got.Ack()
 	case <-time.After(5 * time.Second):
-		t.Fatal("message not delivered")
+		require.FailNow(t, "message not delivered")
 	}
 	require.NoError(t, ps.Ping(ctx))
 }

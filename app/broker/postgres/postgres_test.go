@@ -132,7 +132,7 @@ func TestCompetingConsumersSpreadWork(t *testing.T) {
 	select {
 	case <-done:
 	case <-time.After(60 * time.Second):
-		t.Fatal("not every message arrived")
+		require.FailNow(t, "not every message arrived")
 	}
 	elapsed := time.Since(start)
 	time.Sleep(300 * time.Millisecond) // room for a duplicate to show
@@ -250,7 +250,7 @@ func testStopMidBatch(t *testing.T, cancelInsteadOfClose bool) {
 	assert.Equal(t, want[3:], got, "every row not acked before Close comes back, in order")
 	select {
 	case m := <-rest:
-		t.Fatalf("unexpected extra delivery of %s", m.UUID)
+		require.Failf(t, "unexpected extra delivery", "message %s", m.UUID)
 	case <-time.After(300 * time.Millisecond):
 	}
 }
@@ -271,7 +271,7 @@ func TestAckDeadlineRedelivers(t *testing.T) {
 	select {
 	case <-stuck.Context().Done(): // the deadline tells the handler too
 	case <-time.After(5 * time.Second):
-		t.Fatal("message context not cancelled at the ack deadline")
+		require.FailNow(t, "message context not cancelled at the ack deadline")
 	}
 	again := brokertest.Next(t, msgs, 10*time.Second)
 	again.Ack()
@@ -400,7 +400,7 @@ func TestUnreachableAtStartStopsOnCancel(t *testing.T) {
 	case err := <-errc:
 		assert.ErrorIs(t, err, context.Canceled)
 	case <-time.After(2 * time.Second):
-		t.Fatal("New still retrying after its context was cancelled")
+		require.FailNow(t, "New still retrying after its context was cancelled")
 	}
 }
 

@@ -42,7 +42,7 @@ func TestInstanceFanout(t *testing.T) {
 			assert.Equal(t, id, msg.UUID, name)
 			msg.Ack()
 		case <-ctx.Done():
-			t.Fatalf("instance %s did not receive the broadcast", name)
+			require.Failf(t, "no broadcast", "instance %s did not receive the broadcast", name)
 		}
 	}
 	queues := rabbitmqctl(t, "list_queues", "-p", vhost, "name", "durable", "auto_delete")

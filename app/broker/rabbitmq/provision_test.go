@@ -94,7 +94,7 @@ func liveQueue(t *testing.T, live rabbitmq.Live, name string) rabbitmq.LiveQueue
 			return q
 		}
 	}
-	t.Fatalf("queue %s is not on the broker", name)
+	require.Failf(t, "queue not found", "queue %s is not on the broker", name)
 	return rabbitmq.LiveQueue{}
 }
 

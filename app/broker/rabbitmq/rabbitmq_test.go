@@ -109,11 +109,11 @@ func TestDropConnectionsStaysInVhost(t *testing.T) {
 		require.NotNil(t, err)
 		assert.Equal(t, amqp.ConnectionForced, err.Code)
 	case <-time.After(10 * time.Second):
-		t.Fatal("the connection in the test's vhost was not closed")
+		require.FailNow(t, "the connection in the test's vhost was not closed")
 	}
 	select {
 	case err := <-otherClosed:
-		t.Fatalf("a connection in another vhost was closed: %v", err)
+		require.Failf(t, "a connection in another vhost was closed", "close error: %v", err)
 	case <-time.After(500 * time.Millisecond):
 	}
 	assert.False(t, other.IsClosed())
@@ -515,7 +515,7 @@ func queueDepth(t *testing.T, vhost, queue string) string {
 			return strings.TrimSpace(n)
 		}
 	}
-	t.Fatalf("queue %s not found in vhost %s", queue, vhost)
+	require.Failf(t, "queue not found", "queue %s not found in vhost %s", queue, vhost)
 	return ""
 }
 
@@ -530,11 +530,10 @@ func closedPort(t *testing.T) string {
 }
 
 // proxy listens on addr and forwards every connection to target until the
-// test ends.
+// test ends. It runs on a timer's goroutine: assert, never require.
 func proxy(t *testing.T, addr, target string) {
 	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Errorf("proxy listen %s: %v", addr, err)
+	if !assert.NoError(t, err, "proxy listen %s", addr) {
 		return
 	}
 	var wg sync.WaitGroup

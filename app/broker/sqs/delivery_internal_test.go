@@ -1,12 +1,12 @@
 package sqs
 
 import (
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/eventpipe/eventpipe/app/metadata"
 )
@@ -79,14 +79,8 @@ func TestSetDeliveryMetadata(t *testing.T) {
 func TestBatchSizeOfQueue(t *testing.T) {
 	t.Parallel()
 	c := Config{BatchSize: 10, QueueBatchSizes: map[string]int{"report-generate": 1}}
-	if got := c.batchSizeOf("report-generate"); got != 1 {
-		t.Fatalf("report-generate: got %d, want 1", got)
-	}
-	if got := c.batchSizeOf("interview-completed"); got != 10 {
-		t.Fatalf("interview-completed: got %d, want 10", got)
-	}
+	require.Equal(t, 1, c.batchSizeOf("report-generate"), "report-generate")
+	require.Equal(t, 10, c.batchSizeOf("interview-completed"), "interview-completed")
 	c.QueueBatchSizes["bad"] = 11
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "queue bad") {
-		t.Fatalf("a batch size of 11 must be refused, got %v", err)
-	}
+	require.ErrorContains(t, c.Validate(), "queue bad", "a batch size of 11 must be refused")
 }

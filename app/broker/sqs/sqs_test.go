@@ -119,7 +119,7 @@ func nothing(t *testing.T, msgs <-chan *message.Message, d time.Duration) {
 	select {
 	case m, ok := <-msgs:
 		if ok {
-			t.Fatalf("unexpected message %s (payload %q)", m.UUID, m.Payload)
+			require.Failf(t, "unexpected message", "message %s (payload %q)", m.UUID, m.Payload)
 		}
 	case <-time.After(d):
 	}
@@ -600,7 +600,7 @@ func TestCloseDrainsInFlight(t *testing.T) {
 	}()
 	select {
 	case <-closed:
-		t.Fatal("Close returned while a message was in flight")
+		require.FailNow(t, "Close returned while a message was in flight")
 	case <-time.After(500 * time.Millisecond):
 	}
 	require.NoError(t, m.Context().Err(), "the handler's context stays live during the drain")
@@ -608,7 +608,7 @@ func TestCloseDrainsInFlight(t *testing.T) {
 	select {
 	case <-closed:
 	case <-time.After(5 * time.Second):
-		t.Fatal("Close did not return after the last ack")
+		require.FailNow(t, "Close did not return after the last ack")
 	}
 
 	c := rawClient(t)

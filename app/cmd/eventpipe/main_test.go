@@ -82,7 +82,7 @@ func TestServeDemoThenInterrupt(t *testing.T) {
 
 	if !assert.Eventually(t, func() bool { return strings.Contains(out.String(), "msg=greeted") },
 		20*time.Second, 50*time.Millisecond) {
-		t.Fatalf("no message flowed:\n%s", out.String())
+		require.Failf(t, "no message flowed", "output:\n%s", out.String())
 	}
 	logs := out.String()
 	assert.Contains(t, logs, "msg=\"greeting published\"")
@@ -94,7 +94,7 @@ func TestServeDemoThenInterrupt(t *testing.T) {
 	case err := <-done:
 		require.NoError(t, err, "exit status after SIGINT; output:\n%s", out.String())
 	case <-time.After(40 * time.Second):
-		t.Fatal("serve did not exit after SIGINT")
+		require.FailNow(t, "serve did not exit after SIGINT")
 	}
 	assert.Contains(t, out.String(), "eventpipe stopped cleanly")
 }
@@ -107,14 +107,14 @@ func TestServeRetriesUnreachableBroker(t *testing.T) {
 
 	if !assert.Eventually(t, func() bool { return strings.Count(out.String(), "unreachable, retrying") >= 2 },
 		30*time.Second, 100*time.Millisecond) {
-		t.Fatalf("no retry log line:\n%s", out.String())
+		require.Failf(t, "no retry log line", "output:\n%s", out.String())
 	}
 	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
 	select {
 	case err := <-done:
 		require.NoError(t, err, "output:\n%s", out.String())
 	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not exit after SIGINT")
+		require.FailNow(t, "serve did not exit after SIGINT")
 	}
 	assert.NotContains(t, out.String(), "panic")
 }

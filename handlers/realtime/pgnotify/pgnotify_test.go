@@ -58,7 +58,7 @@ func TestEveryListenerReceivesEveryEvent(t *testing.T) {
 				assert.Equal(t, want.ID, got.ID, "%s: event %d", name, i)
 				assert.JSONEq(t, string(want.Data), string(got.Data), "%s: event %d", name, i)
 			case <-ctx.Done():
-				t.Fatalf("%s: received %d of %d events", name, i, len(sent))
+				require.Failf(t, "not every event arrived", "%s: received %d of %d events", name, i, len(sent))
 			}
 		}
 	}

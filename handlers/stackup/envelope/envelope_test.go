@@ -138,12 +138,8 @@ func FuzzDecode(f *testing.F) {
 		e, err := envelope.Decode(data)
 		_, strictErr := envelope.DecodeStrict(data)
 		if err != nil {
-			if strictErr == nil {
-				t.Fatalf("strict accepted what lenient refused: %v", err)
-			}
-			if failure.Of(err) != failure.Permanent {
-				t.Fatalf("decode error not permanent: %v", err)
-			}
+			require.Error(t, strictErr, "strict accepted what lenient refused: %v", err)
+			require.Equal(t, failure.Permanent, failure.Of(err), "decode error not permanent: %v", err)
 			return
 		}
 		require.NoError(t, e.Validate())
