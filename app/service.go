@@ -53,6 +53,8 @@ type Service struct {
 	admin          net.Listener // nil when admin.addr is ""
 	// specs are the enabled specs' built parts, in Modules order.
 	specs []builtSpec
+	// inbox is the processed-messages store every spec shares.
+	inbox inbox.Store
 	// drain ends in-flight handlers' contexts; cancelled when the shutdown
 	// timeout is over (middleware.Drain).
 	drain       context.Context
@@ -119,6 +121,7 @@ func newService(ctx context.Context, cfg config.Config, logger *slog.Logger, mod
 		s.closeResources()
 		return nil, err
 	}
+	s.inbox = deps.Inbox
 	if err := s.buildSpecs(ctx, deps, modules); err != nil {
 		s.closeResources()
 		return nil, err
@@ -244,8 +247,30 @@ func (s *Service) buildSpecs(ctx context.Context, d spec.Deps, modules []spec.Mo
 				}
 				r.Policy = p
 			}
+			if err := checkInboxTTL(s.cfg.Inbox.TTL, r, d.Topology); err != nil {
+				return &spec.BuildError{Spec: m.Name, Err: err}
+			}
 			s.routes = append(s.routes, r)
 		}
+	}
+	return nil
+}
+
+// checkInboxTTL refuses an inbox.ttl that a redelivery of r could outlive: a
+// marker deleted before the last redelivery of its message lets that
+// redelivery take effect a second time. The window is every attempt's
+// handler timeout plus the longest wait before the next one (the backoff cap,
+// or the queue's visibility timeout when the broker redelivers).
+func checkInboxTTL(ttl time.Duration, r route.Route, top topology.Topology) error {
+	p := r.EffectivePolicy()
+	wait := p.Backoff.Max
+	if q, ok := top.Queue(r.Queue); ok {
+		wait = max(wait, q.VisibilityTimeout)
+	}
+	window := time.Duration(p.MaxAttempts) * (r.EffectiveTimeout() + wait)
+	if ttl <= window {
+		return fmt.Errorf("route %s: inbox.ttl %s does not outlive its redelivery window %s (%d attempts × (timeout %s + wait %s)): raise inbox.ttl",
+			r.Name, ttl, window, p.MaxAttempts, r.EffectiveTimeout(), wait)
 	}
 	return nil
 }
@@ -397,6 +422,12 @@ func (s *Service) workers() []spec.Worker {
 		ws = append(ws, spec.Worker{Name: "outbox relay", Run: func(ctx context.Context) error {
 			return RunOutbox(ctx, s.cfg, s.db, s.publisher, s.registry, s.logger)
 		}})
+	}
+	if s.db == nil {
+		// The embedded mode's inbox is in memory: without its janitor it
+		// grows with every message handled.
+		janitor := inbox.Janitor{Store: s.inbox, TTL: s.cfg.Inbox.TTL, Logger: s.logger}
+		ws = append(ws, spec.Worker{Name: "inbox janitor", Run: janitor.Run})
 	}
 	for _, b := range s.specs {
 		ws = append(ws, b.parts.Workers...)

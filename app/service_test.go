@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventpipe/eventpipe/app"
+	"github.com/eventpipe/eventpipe/app/spec"
 	"github.com/eventpipe/eventpipe/app/testenv"
 	"github.com/eventpipe/eventpipe/config"
 )
@@ -216,4 +217,28 @@ func TestServiceDemoOnEveryBroker(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An inbox.ttl shorter than a route's redelivery window is refused at start
+// with the route and the numbers: a marker deleted before a message's last
+// redelivery would let it take effect twice.
+func TestInboxTTLMustOutliveRedelivery(t *testing.T) {
+	t.Parallel()
+	cfg := config.Defaults()
+	cfg.Admin.Addr = ""
+	cfg.Interviews.Enabled = true
+	cfg.Interviews.SampleTraffic = true
+	cfg.Inbox.TTL = time.Hour
+	_, err := app.New(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	var be *spec.BuildError
+	require.ErrorAs(t, err, &be)
+	assert.Equal(t, "interviews", be.Spec)
+	assert.Contains(t, err.Error(), "route report-generate: inbox.ttl 1h0m0s does not outlive its redelivery window")
+
+	cfg.Inbox.TTL = 24 * time.Hour
+	svc, err := app.New(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	require.NoError(t, err, "the default outlives every route's window")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.NoError(t, svc.Run(ctx))
 }

@@ -46,7 +46,11 @@ type Deps struct {
 //  4. Policy: the route's failure policy — retries with backoff (in process
 //     or by the broker), drop or dead-letter with the reason; a handler cut
 //     short by shutdown is nacked, never retried or dead-lettered.
-//  5. Recoverer: a panicking handler becomes an error, never a crash.
+//  5. UTF8 (unless the route is Binary): a body that is not valid UTF-8 is
+//     a permanent failure, before any decoder replaces its bytes.
+//  6. Timeout: each attempt ends after the route's timeout, a transient
+//     failure.
+//  7. Recoverer: a panicking handler becomes an error, never a crash.
 //
 // The route's policy must be valid (route.Policy.Validate).
 func Chain(d Deps, r route.Route) []message.HandlerMiddleware {
@@ -57,15 +61,15 @@ func Chain(d Deps, r route.Route) []message.HandlerMiddleware {
 		Logger:    d.Logger,
 		Metrics:   d.Metrics,
 	}
-	chain := []message.HandlerMiddleware{
-		CorrelationFrom(r.TraceID),
-		Tracing(d.Tracer),
-		Observe(d.Logger, d.Metrics),
-		policy.Middleware,
-		wmw.Recoverer,
-	}
+	var chain []message.HandlerMiddleware
 	if d.Drain != nil {
-		chain = append([]message.HandlerMiddleware{Drain(d.Drain)}, chain...)
+		chain = append(chain, Drain(d.Drain))
 	}
-	return chain
+	chain = append(chain, CorrelationFrom(r.TraceID), Tracing(d.Tracer), Observe(d.Logger, d.Metrics), policy.Middleware)
+	if !r.Binary {
+		// Inside the policy: a bad body fails as the route says (drop,
+		// dead-letter, fail until max).
+		chain = append(chain, UTF8)
+	}
+	return append(chain, Timeout(r.EffectiveTimeout()), wmw.Recoverer)
 }

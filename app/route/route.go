@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 )
@@ -33,11 +34,33 @@ type Route struct {
 	// requestId attribute, the disputes envelope's trace_id), or "". It is
 	// used for a message without an x-trace-id.
 	TraceID func(msg *message.Message) string
+	// Timeout bounds one attempt of the handler: its context ends after it
+	// and the attempt counts as a (transient) failure. DefaultTimeout when
+	// 0. Handlers must honour their context; the SQS visibility heartbeat
+	// stops with the attempt.
+	Timeout time.Duration
+	// Binary lets bodies that are not UTF-8 through. Every spec's wire
+	// format is JSON text, so by default a body that is not valid UTF-8 is
+	// a permanent failure before the handler runs (decoding it would
+	// silently replace the bad bytes with U+FFFD).
+	Binary bool
 	// MessageID, when set, returns the id the wire format carries in the
 	// body (the StackUp envelope's messageId, the disputes envelope's
 	// event_id), or "". `eventpipe publish` uses it as the message id, so
 	// the transport id and the body's id agree.
 	MessageID func(payload []byte) string
+}
+
+// DefaultTimeout is the handler timeout of a route that sets none.
+const DefaultTimeout = time.Minute
+
+// EffectiveTimeout is the route's handler timeout, DefaultTimeout when it
+// sets none.
+func (r Route) EffectiveTimeout() time.Duration {
+	if r.Timeout > 0 {
+		return r.Timeout
+	}
+	return DefaultTimeout
 }
 
 // EffectivePolicy is the route's policy, DefaultPolicy when it sets none.

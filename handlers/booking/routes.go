@@ -74,11 +74,14 @@ func (h Handlers) Policy() route.Policy {
 // Running it needs Store and Inbox.
 func (h Handlers) Routes() route.Set {
 	return route.Set{{
-		Name:      Consumer,
-		Queue:     Queue,
-		Validate:  Validate,
-		Handle:    h.handle,
-		Policy:    h.Policy(),
+		Name:     Consumer,
+		Queue:    Queue,
+		Validate: Validate,
+		Handle:   h.handle,
+		Policy:   h.Policy(),
+		// The spec names none: one insert, well under SQS's default 30 s
+		// visibility, which holds the session's FIFO group meanwhile.
+		Timeout:   20 * time.Second,
 		MessageID: messageIDOf,
 	}}
 }

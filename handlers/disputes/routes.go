@@ -87,7 +87,9 @@ func (h Handlers) Routes() route.Set {
 		Validate: Validate,
 		Handle:   h.handleDomainEvent,
 		Policy:   h.Policy(),
-		TraceID:  traceIDOf,
+		// §3: the events-worker Lambda's 10 s timeout.
+		Timeout: 10 * time.Second,
+		TraceID: traceIDOf,
 		MessageID: func(payload []byte) string {
 			env, err := Decode(payload)
 			if err != nil {
@@ -109,6 +111,8 @@ func (h Handlers) ingestRoute() route.Route {
 		Validate: ValidateS3Notification,
 		Handle:   h.handleIngest,
 		Policy:   h.IngestPolicy(),
+		// §3: the ingest-worker Lambda's 60 s timeout.
+		Timeout: 60 * time.Second,
 	}
 }
 

@@ -97,7 +97,9 @@ func (h Handlers) Routes() route.Set {
 			Validate: ValidateInterviewEvent,
 			Handle:   h.handleInterviewCompleted,
 			Policy:   h.completedPolicy(),
-			TraceID:  traceIDFromRequestID,
+			// The spec's interview-completed Lambda timeout.
+			Timeout: 30 * time.Second,
+			TraceID: traceIDFromRequestID,
 		},
 		{
 			Name:     "report-generate",
@@ -105,7 +107,9 @@ func (h Handlers) Routes() route.Set {
 			Validate: ValidateReportGenerate,
 			Handle:   h.handleReportGenerate,
 			Policy:   h.reportPolicy(),
-			TraceID:  traceIDFromRequestID,
+			// The spec's report-generate Lambda timeout.
+			Timeout: 5 * time.Minute,
+			TraceID: traceIDFromRequestID,
 		},
 	}
 }

@@ -57,6 +57,9 @@ func (h Handlers) Routes() route.Set {
 		Validate: Validate,
 		Handle:   h.handle,
 		Policy:   h.Policy(),
+		// The spec names none: a claim, a bulkRegister call and a status
+		// write, well under a minute.
+		Timeout: time.Minute,
 	}}
 }
 

@@ -119,6 +119,11 @@ type Config struct {
 	Logger   *slog.Logger
 }
 
+// RequestTimeout bounds one attempt at a request (the spec names none): a
+// model call of up to llm.timeout (2 min by default) with room for a slow
+// upload or fetch.
+const RequestTimeout = 5 * time.Minute
+
 // DefaultLeaseTTL is Config.LeaseTTL's default: long enough that a renewal
 // every 10 s survives a slow database, short enough that a request whose
 // worker died is taken over within half a minute.
@@ -205,7 +210,9 @@ func (w *Worker) Routes() (route.Set, error) {
 			return nil, err
 		}
 		c := catalog.Consumer{
-			Name: RouteName(q), Queue: q, Catalog: w.cfg.Catalog, Policy: policy, Logger: w.cfg.Logger,
+			// A model call of minutes (llm.timeout 2 min) and its retries.
+			Timeout: RequestTimeout,
+			Name:    RouteName(q), Queue: q, Catalog: w.cfg.Catalog, Policy: policy, Logger: w.cfg.Logger,
 			Handlers: map[string]map[string]catalog.Handler{},
 		}
 		for _, t := range w.cfg.Catalog.ByQueue(q) {

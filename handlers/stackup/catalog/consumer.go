@@ -57,7 +57,9 @@ type Consumer struct {
 	// one type are two entries: both run side by side (§7).
 	Handlers map[string]map[string]Handler
 	Policy   route.Policy
-	Logger   *slog.Logger
+	// Timeout bounds one attempt of a handler (route.Route.Timeout).
+	Timeout time.Duration
+	Logger  *slog.Logger
 }
 
 // Route returns the consumer's route.
@@ -68,6 +70,7 @@ func (c Consumer) Route() route.Route {
 		Validate: c.Validate,
 		Handle:   c.handle,
 		Policy:   c.Policy,
+		Timeout:  c.Timeout,
 		TraceID:  envelope.TraceIDOf,
 		MessageID: func(payload []byte) string {
 			e, err := envelope.Decode(payload)

@@ -94,7 +94,8 @@ func (s *Service) Routes() (route.Set, error) {
 		if err != nil {
 			return nil, err
 		}
-		c := catalog.Consumer{Name: RouteName(q), Queue: q, Catalog: s.cfg.Catalog, Policy: policy, Logger: s.cfg.Logger,
+		// A callback is a few writes in one transaction.
+		c := catalog.Consumer{Name: RouteName(q), Queue: q, Catalog: s.cfg.Catalog, Policy: policy, Timeout: 30 * time.Second, Logger: s.cfg.Logger,
 			Handlers: map[string]map[string]catalog.Handler{}}
 		for _, t := range s.cfg.Catalog.ByQueue(q) {
 			c.Handlers[t.Name] = map[string]catalog.Handler{catalog.V1: s.effect(RouteName(q), apply[t.Name])}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"time"
 
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/topology"
@@ -68,7 +69,8 @@ func Route(cat catalog.Catalog, top topology.Topology, retry catalog.Retry, sink
 		}
 		return sink.Deliver(ctx, e)
 	}
-	c := catalog.Consumer{Name: RouteName, Queue: Queue, Catalog: cat, Policy: policy, Logger: logger, Handlers: map[string]map[string]catalog.Handler{}}
+	// A notification is relayed to the sink in milliseconds.
+	c := catalog.Consumer{Name: RouteName, Queue: Queue, Catalog: cat, Policy: policy, Timeout: 10 * time.Second, Logger: logger, Handlers: map[string]map[string]catalog.Handler{}}
 	for _, t := range cat.ByQueue(Queue) {
 		c.Handlers[t.Name] = map[string]catalog.Handler{catalog.V1: deliver}
 	}

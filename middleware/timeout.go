@@ -1,0 +1,57 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/eventpipe/eventpipe/app/failure"
+)
+
+// Timeout bounds each attempt of the handler to d: the handler's context ends
+// after d, and an attempt that returns after its deadline is a transient
+// failure ("handler timed out"), retried or dead-lettered by the policy like
+// any other — never mistaken for shutdown. The handler must honour its
+// context: Timeout does not abandon a handler that ignores it.
+func Timeout(d time.Duration) message.HandlerMiddleware {
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			parent := msg.Context()
+			ctx, cancel := context.WithTimeout(parent, d)
+			defer cancel()
+			msg.SetContext(ctx)
+			produced, err := h(msg)
+			msg.SetContext(parent)
+			if err != nil && parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return produced, failure.AsTransient(fmt.Errorf("handler timed out after %s: %w", d, errors.Join(context.DeadlineExceeded, unwrapCanceled(err))), 0)
+			}
+			return produced, err
+		}
+	}
+}
+
+// unwrapCanceled hides a context.Canceled in err (a handler that reports its
+// context ending as cancellation): after a timeout it is not a shutdown.
+func unwrapCanceled(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return errors.New(err.Error())
+	}
+	return err
+}
+
+// UTF8 refuses a body that is not valid UTF-8 as a permanent failure before
+// the handler runs: JSON decoders replace invalid bytes with U+FFFD, so a
+// request would be handled with other text than was sent (a different file
+// path, "Caf\uFFFD" for a Latin-1 "Café").
+func UTF8(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		if !utf8.Valid(msg.Payload) {
+			return nil, failure.Permanentf("body is not valid UTF-8 (%d bytes)", len(msg.Payload))
+		}
+		return h(msg)
+	}
+}
