@@ -7,9 +7,20 @@
 // # Table
 //
 // Rows live in <schema>.outbox (migrations/00002_outbox.sql; schema
-// "eventpipe" by default). A row is unpublished until published_at is set;
-// a row that failed RelayConfig.MaxAttempts times gets parked_at and is no
-// longer tried, so it never blocks the rows behind it. Clearing parked_at
+// "eventpipe" by default). A row is unpublished until published_at is set.
+//
+// # Failures
+//
+// A failed publish is retried with exponential backoff (RelayConfig.MinBackoff
+// doubling up to MaxBackoff, 1s to 1m by default), for as long as it takes
+// when the failure is transient: the broker down, closed, reconnecting or
+// slow, a timeout, any unclassified error. An outage never loses or parks a
+// row. Only a permanent refusal — the broker refusing the message itself: a
+// payload over broker.MaxPayloadBytes, a routing key no queue is bound for
+// (*routing.UnroutableError), an error marked failure.Permanent — parks a row
+// (parked_at), at once by default (RelayConfig.MaxAttempts tries). A parked
+// row is no longer tried; it is logged at ERROR with its id, queue, ordering
+// key and reason, and counted by eventpipe_outbox_parked. Clearing parked_at
 // (and next_attempt_at) requeues it.
 //
 // # Wake-up

@@ -37,7 +37,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		parkedNow: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "eventpipe_outbox_parked",
-			Help: "Outbox rows parked after too many failed publishes; alarm when above 0.",
+			Help: "Outbox rows parked because the broker refused them permanently (e.g. payload too large); alarm when above 0.",
 		}),
 		published: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "eventpipe_outbox_published_total",
@@ -49,7 +49,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"queue"}),
 		parked: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "eventpipe_outbox_parked_total",
-			Help: "Outbox messages parked after MaxAttempts failed publishes, per queue.",
+			Help: "Outbox messages parked because the broker refused them permanently, per queue.",
 		}, []string{"queue"}),
 	}
 	var err error
