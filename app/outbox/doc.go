@@ -50,7 +50,9 @@
 // The cost: at most one row per key per claim (a hot key moves at one message
 // per relay round trip, other keys are unaffected); a failing row holds its
 // key's later rows back through its retries, and a parked row holds them
-// until an operator requeues or deletes it; and Write takes a transaction-
+// until an operator requeues or deletes it (the gauge eventpipe_outbox_held
+// counts those rows, and the parked row's ERROR line says holds_key=true);
+// and Write takes a transaction-
 // scoped advisory lock per (topic, key) so that ids follow commit order —
 // writers of one key serialize until they commit.
 package outbox

@@ -1,16 +1,22 @@
 package outbox_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -19,6 +25,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/broker/rabbitmq"
 	"github.com/eventpipe/eventpipe/app/broker/routing"
 	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/app/outbox"
 )
 
@@ -201,4 +208,81 @@ func TestPublishErrorClasses(t *testing.T) {
 	} {
 		assert.Equal(t, c.want, outbox.Permanent(c.err), name)
 	}
+}
+
+// With strict order, a parked row holds back the later rows of its key — and
+// says so: an ERROR line naming the row, its queue, key and reason, and the
+// gauges of parked and held rows.
+func TestAParkedRowHoldsItsKeyVisibly(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := newEnv(t)
+	for _, id := range []string{"k-1", "k-2", "l-1"} {
+		m := message.NewMessage(id, []byte(`{}`))
+		m.Metadata.Set(outbox.OrderingKeyMetadata, strings.ToUpper(id[:1]))
+		m.Metadata.Set(metadata.TraceIDKey, "trace-"+id)
+		e.write(t, "ordered", m)
+	}
+	var accept atomic.Bool
+	pub := &fakePublisher{fail: func(_ int, _ string, ms []*message.Message) error {
+		for _, m := range ms {
+			if m.UUID == "k-1" && !accept.Load() {
+				return fmt.Errorf("publish ordered: %w", &broker.PayloadTooLargeError{MessageUUID: "k-1", Size: 2 << 20})
+			}
+		}
+		return nil
+	}}
+	reg := prometheus.NewRegistry()
+	var logs syncBuffer
+	cfg := fast
+	cfg.Schema, cfg.StrictOrderTopics, cfg.PollInterval, cfg.Registerer = e.schema, []string{"ordered"}, 20*time.Millisecond, reg
+	r, err := outbox.NewRelay(e.pool, pub, cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(runCtx) }()
+	defer func() { stop(); require.NoError(t, <-done) }()
+
+	require.Eventually(t, func() bool { return e.row(t, "k-1").Parked && e.row(t, "l-1").Published }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		return gauge(t, reg, "eventpipe_outbox_parked") == 1 && gauge(t, reg, "eventpipe_outbox_held") == 1
+	}, 10*time.Second, 10*time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // several polls
+	assert.Zero(t, pub.sent()["k-2"], "held behind k-1")
+	assert.False(t, e.row(t, "k-2").Published)
+	assert.Equal(t, 1, e.row(t, "k-1").Attempts, "parked at its first refusal")
+
+	line := logs.line(t, "level=ERROR")
+	for _, want := range []string{"outbox message parked", "message_id=k-1", "trace_id=trace-k-1", "queue=ordered", "ordering_key=K",
+		"reason=\"publish ordered: message k-1: payload of 2097152 bytes exceeds", "holds_key=true", "requeue=\"eventpipe outbox requeue --id k-1\""} {
+		assert.Contains(t, line, want)
+	}
+}
+
+// syncBuffer is a log destination the relay's goroutine and the test share.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// line returns the only line containing s.
+func (b *syncBuffer) line(t *testing.T, s string) string {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var found []string
+	for _, l := range strings.Split(b.buf.String(), "\n") {
+		if strings.Contains(l, s) {
+			found = append(found, l)
+		}
+	}
+	require.Len(t, found, 1, "lines with %q in:\n%s", s, b.buf.String())
+	return found[0]
 }
