@@ -20,8 +20,9 @@
 // (*routing.UnroutableError), an error marked failure.Permanent — parks a row
 // (parked_at), at once by default (RelayConfig.MaxAttempts tries). A parked
 // row is no longer tried; it is logged at ERROR with its id, queue, ordering
-// key and reason, and counted by eventpipe_outbox_parked. Clearing parked_at
-// (and next_attempt_at) requeues it.
+// key and reason, and counted by eventpipe_outbox_parked. Table.Requeue
+// (`eventpipe outbox requeue`) brings parked rows back once their refusal has
+// been dealt with.
 //
 // # Wake-up
 //

@@ -258,6 +258,20 @@ func TestAParkedRowHoldsItsKeyVisibly(t *testing.T) {
 		"reason=\"publish ordered: message k-1: payload of 2097152 bytes exceeds", "holds_key=true", "requeue=\"eventpipe outbox requeue --id k-1\""} {
 		assert.Contains(t, line, want)
 	}
+
+	// The broker accepts it now (a larger limit, a claim check): requeued,
+	// it goes out, then the row it held.
+	accept.Store(true)
+	n, err := e.table.Requeue(ctx, e.pool, outbox.RequeueFilter{EventIDs: []string{"k-1"}})
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n)
+	require.Eventually(t, func() bool { return e.row(t, "k-2").Published }, 10*time.Second, 10*time.Millisecond)
+	assert.True(t, e.row(t, "k-1").Published)
+	order := pub.order()
+	assert.Equal(t, []string{"k-1", "k-2"}, order[len(order)-2:], "in key order")
+	require.Eventually(t, func() bool {
+		return gauge(t, reg, "eventpipe_outbox_parked") == 0 && gauge(t, reg, "eventpipe_outbox_held") == 0
+	}, 10*time.Second, 10*time.Millisecond)
 }
 
 // syncBuffer is a log destination the relay's goroutine and the test share.
