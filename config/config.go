@@ -290,8 +290,11 @@ type Outbox struct {
 	// PollInterval is how often the relay looks for rows without a
 	// notification; a retry after backoff starts at most this late.
 	PollInterval time.Duration `yaml:"poll_interval" env:"POLL_INTERVAL" doc:"How often the relay polls without a NOTIFY (more than 0s)."`
-	// MaxAttempts is how many failed publishes park a row for an operator.
-	MaxAttempts int `yaml:"max_attempts" env:"MAX_ATTEMPTS" doc:"Failed publishes after which a row is parked (at least 1)."`
+	// MaxAttempts is how many times a row is tried before a permanent
+	// refusal (payload too large, unroutable) parks it for an operator
+	// (eventpipe outbox requeue). A broker that is down never parks a row:
+	// the relay retries it forever, at least once a minute.
+	MaxAttempts int `yaml:"max_attempts" env:"MAX_ATTEMPTS" doc:"Tries a row gets before a permanent refusal (payload too large, unroutable) parks it; an unavailable broker never parks a row (at least 1)."`
 	// Retention is how long published rows are kept.
 	Retention time.Duration `yaml:"retention" env:"RETENTION" doc:"How long published outbox rows are kept (more than 0s)."`
 }
@@ -513,7 +516,7 @@ func Defaults() Config {
 			Relay:        true,
 			BatchSize:    50,
 			PollInterval: 10 * time.Second,
-			MaxAttempts:  10,
+			MaxAttempts:  1,
 			Retention:    7 * 24 * time.Hour,
 		},
 		Inbox: Inbox{TTL: 24 * time.Hour},

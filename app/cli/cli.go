@@ -67,6 +67,7 @@ EVENTPIPE_* environment variables; switch brokers with EVENTPIPE_BROKER.`,
 	root.AddCommand(e.serveCmd(), e.publishCmd(), e.topologyCmd(), versionCmd())
 	root.AddCommand(e.migrateCmd())
 	root.AddCommand(e.relayCmd())
+	root.AddCommand(e.outboxCmd())
 	root.AddCommand(e.dlqCmd())
 	// The specs' own commands (eventpipe realtime token, …).
 	root.AddCommand(app.Commands(spec.CommandEnv{

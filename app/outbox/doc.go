@@ -7,10 +7,22 @@
 // # Table
 //
 // Rows live in <schema>.outbox (migrations/00002_outbox.sql; schema
-// "eventpipe" by default). A row is unpublished until published_at is set;
-// a row that failed RelayConfig.MaxAttempts times gets parked_at and is no
-// longer tried, so it never blocks the rows behind it. Clearing parked_at
-// (and next_attempt_at) requeues it.
+// "eventpipe" by default). A row is unpublished until published_at is set.
+//
+// # Failures
+//
+// A failed publish is retried with exponential backoff (RelayConfig.MinBackoff
+// doubling up to MaxBackoff, 1s to 1m by default), for as long as it takes
+// when the failure is transient: the broker down, closed, reconnecting or
+// slow, a timeout, any unclassified error. An outage never loses or parks a
+// row. Only a permanent refusal — the broker refusing the message itself: a
+// payload over broker.MaxPayloadBytes, a routing key no queue is bound for
+// (*routing.UnroutableError), an error marked failure.Permanent — parks a row
+// (parked_at), at once by default (RelayConfig.MaxAttempts tries). A parked
+// row is no longer tried; it is logged at ERROR with its id, queue, ordering
+// key and reason, and counted by eventpipe_outbox_parked. Table.Requeue
+// (`eventpipe outbox requeue`) brings parked rows back once their refusal has
+// been dealt with.
 //
 // # Wake-up
 //
@@ -39,7 +51,9 @@
 // The cost: at most one row per key per claim (a hot key moves at one message
 // per relay round trip, other keys are unaffected); a failing row holds its
 // key's later rows back through its retries, and a parked row holds them
-// until an operator requeues or deletes it; and Write takes a transaction-
+// until an operator requeues or deletes it (the gauge eventpipe_outbox_held
+// counts those rows, and the parked row's ERROR line says holds_key=true);
+// and Write takes a transaction-
 // scoped advisory lock per (topic, key) so that ids follow commit order —
 // writers of one key serialize until they commit.
 package outbox

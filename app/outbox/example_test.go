@@ -35,6 +35,19 @@ func ExampleWrite() {
 	_ = raiseDispute(ctx, "dsp_1", []byte(`{"event_type":"DisputeRaised"}`))
 }
 
+// An operator's tool brings back the rows parked on one topic, after the
+// cause of their refusal was fixed; the relays are woken at once.
+func ExampleTable_Requeue() {
+	ctx := context.Background()
+	var pool *pgxpool.Pool
+	n, err := outbox.Table{}.Requeue(ctx, pool, outbox.RequeueFilter{All: true, Topic: "domain-events"})
+	if err != nil {
+		slog.Error("requeue failed", "error", err)
+		return
+	}
+	slog.Info("parked outbox rows requeued", "count", n)
+}
+
 // The composition root runs the relay and the janitors beside the router.
 func ExampleRunWorkers() {
 	ctx := context.Background()

@@ -9,3 +9,6 @@ func SetAfterPublish(r *Relay, f func(ctx context.Context) error) { r.afterPubli
 // ListenerAppName exposes the listener's application_name for tests that
 // kill its connection.
 var ListenerAppName = listenerAppName
+
+// Permanent exposes the relay's classification of Publish errors.
+var Permanent = permanent

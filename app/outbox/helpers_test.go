@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventpipe/eventpipe/app/dbtx/dbtest"
+	"github.com/eventpipe/eventpipe/app/failure"
 	"github.com/eventpipe/eventpipe/app/outbox"
 )
 
@@ -166,5 +167,14 @@ func failIDs(ids ...string) func(int, string, []*message.Message) error {
 			return nil
 		}
 		return partialError{failed: bad}
+	}
+}
+
+// refuseIDs refuses exactly the given ids permanently (as a broker refusing
+// the messages themselves), with a partial error.
+func refuseIDs(ids ...string) func(int, string, []*message.Message) error {
+	fail := failIDs(ids...)
+	return func(call int, topic string, msgs []*message.Message) error {
+		return failure.AsPermanent(fail(call, topic, msgs))
 	}
 }

@@ -14,6 +14,7 @@ type metrics struct {
 	backlog   prometheus.Gauge
 	lag       prometheus.Gauge
 	parkedNow prometheus.Gauge
+	held      prometheus.Gauge
 	published *prometheus.CounterVec
 	failed    *prometheus.CounterVec
 	parked    *prometheus.CounterVec
@@ -37,7 +38,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		parkedNow: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "eventpipe_outbox_parked",
-			Help: "Outbox rows parked after too many failed publishes; alarm when above 0.",
+			Help: "Outbox rows parked because the broker refused them permanently (e.g. payload too large); alarm when above 0.",
+		}),
+		held: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "eventpipe_outbox_held",
+			Help: "Outbox rows held back by a parked row of their ordering key (strict order); they go out once it is requeued.",
 		}),
 		published: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "eventpipe_outbox_published_total",
@@ -49,13 +54,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"queue"}),
 		parked: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "eventpipe_outbox_parked_total",
-			Help: "Outbox messages parked after MaxAttempts failed publishes, per queue.",
+			Help: "Outbox messages parked because the broker refused them permanently, per queue.",
 		}, []string{"queue"}),
 	}
 	var err error
 	m.backlog = register(reg, m.backlog, &err)
 	m.lag = register(reg, m.lag, &err)
 	m.parkedNow = register(reg, m.parkedNow, &err)
+	m.held = register(reg, m.held, &err)
 	m.published = register(reg, m.published, &err)
 	m.failed = register(reg, m.failed, &err)
 	m.parked = register(reg, m.parked, &err)
@@ -83,9 +89,11 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C, errp *erro
 // gaugeEvery keeps a busy relay from counting the backlog after every batch.
 const gaugeEvery = time.Second
 
-// refreshGauges measures the backlog, its age and the parked rows. The count
-// runs on the partial indexes, so it stays cheap while the backlog is small —
-// which is when it matters that it is exact.
+// refreshGauges measures the backlog, its age, the parked rows and the rows
+// they hold back. The count runs on the partial indexes, so it stays cheap
+// while the backlog is small — which is when it matters that it is exact; the
+// held rows are looked up from the parked ones (few, normally none) by the
+// ordering-key index.
 func (r *Relay) refreshGauges(ctx context.Context) {
 	if r.metrics == nil {
 		return
@@ -95,13 +103,20 @@ func (r *Relay) refreshGauges(ctx context.Context) {
 	if time.Since(r.gaugesDone) < gaugeEvery {
 		return
 	}
-	var backlog, parked int64
+	var backlog, parked, held int64
 	var lag float64
 	err := r.pool.QueryRow(ctx, `SELECT
 			count(*) FILTER (WHERE parked_at IS NULL),
 			coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE parked_at IS NULL)), 0)::float8,
-			count(*) FILTER (WHERE parked_at IS NOT NULL)
-		FROM `+r.table+` WHERE published_at IS NULL`).Scan(&backlog, &lag, &parked)
+			count(*) FILTER (WHERE parked_at IS NOT NULL),
+			(SELECT count(*)
+			 FROM (SELECT topic, ordering_key, min(id) AS first FROM `+r.table+`
+			       WHERE published_at IS NULL AND parked_at IS NOT NULL AND ordering_key IS NOT NULL
+			         AND ($1 OR topic = ANY($2::text[]))
+			       GROUP BY topic, ordering_key) p
+			 JOIN `+r.table+` o ON o.ordering_key = p.ordering_key AND o.topic = p.topic AND o.id > p.first
+			 WHERE o.published_at IS NULL AND o.parked_at IS NULL)
+		FROM `+r.table+` WHERE published_at IS NULL`, r.strictAll, r.strictTopics).Scan(&backlog, &lag, &parked, &held)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("outbox metrics query failed", "error", err)
@@ -112,4 +127,5 @@ func (r *Relay) refreshGauges(ctx context.Context) {
 	r.metrics.backlog.Set(float64(backlog))
 	r.metrics.lag.Set(max(lag, 0))
 	r.metrics.parkedNow.Set(float64(parked))
+	r.metrics.held.Set(float64(held))
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/migrations"
 )
 
@@ -24,9 +26,9 @@ import (
 const (
 	DefaultBatchSize      = 50
 	DefaultPollInterval   = 10 * time.Second
-	DefaultMaxAttempts    = 10
+	DefaultMaxAttempts    = 1
 	DefaultMinBackoff     = time.Second
-	DefaultMaxBackoff     = 10 * time.Minute
+	DefaultMaxBackoff     = time.Minute
 	DefaultPublishTimeout = 30 * time.Second
 )
 
@@ -44,12 +46,19 @@ type RelayConfig struct {
 	// notified; it also bounds how late a retry after backoff can start.
 	// Default 10s.
 	PollInterval time.Duration
-	// MaxAttempts is how many failed publishes park a row. Default 10.
+	// MaxAttempts is how many times a row is tried, failures of any class
+	// counted, before a permanent refusal parks it — the broker refusing
+	// the message itself, e.g. a payload over the limit (package doc,
+	// Failures). A transient failure — the broker down, closed or slow —
+	// never parks a row, whatever the count: the row is retried until the
+	// broker is back. Default 1: a permanent refusal parks the row at once.
 	MaxAttempts int
 	// MinBackoff is the delay after a row's first failure; it doubles with
 	// each further failure (±20 % jitter) up to MaxBackoff. Default 1s.
 	MinBackoff time.Duration
-	// MaxBackoff caps the delay between two attempts. Default 10m.
+	// MaxBackoff caps the delay between two attempts, so that a row is
+	// tried at least this often (±20 %) through an outage of any length.
+	// Default 1m.
 	MaxBackoff time.Duration
 	// PublishTimeout bounds one Publish call, and so how long a claim's
 	// transaction (and its row locks) stays open. Default 30s.
@@ -217,7 +226,8 @@ type BatchResult struct {
 	Claimed int
 	// Published rows were confirmed and marked.
 	Published int
-	// Failed rows were not confirmed; Parked of them reached MaxAttempts.
+	// Failed rows were not confirmed; Parked of them were refused
+	// permanently (after MaxAttempts tries) and are no longer tried.
 	Failed, Parked int
 }
 
@@ -226,6 +236,7 @@ type claimed struct {
 	id       int64
 	eventID  string
 	topic    string
+	key      string // ordering key; empty for none
 	payload  []byte
 	metadata []byte
 	attempts int
@@ -276,12 +287,15 @@ func (r *Relay) RelayOnce(ctx context.Context) (BatchResult, error) {
 		return res, fmt.Errorf("outbox relay: commit after publishing %d messages: %w", len(published), err)
 	}
 	res.Published, res.Failed, res.Parked = len(published), len(failed), len(parked)
+	for _, c := range parked {
+		r.logFailure(c, failed[c.id], true, 0)
+	}
 	r.count(rows, published, failed, parked)
 	return res, nil
 }
 
 func (r *Relay) claim(ctx context.Context, tx pgx.Tx) ([]claimed, error) {
-	q := `SELECT o.id, o.event_id, o.topic, o.payload, o.metadata, o.attempts
+	q := `SELECT o.id, o.event_id, o.topic, coalesce(o.ordering_key, ''), o.payload, o.metadata, o.attempts
 		FROM ` + r.table + ` o
 		WHERE o.published_at IS NULL AND o.parked_at IS NULL AND o.next_attempt_at <= now()
 		  AND (o.ordering_key IS NULL
@@ -299,7 +313,7 @@ func (r *Relay) claim(ctx context.Context, tx pgx.Tx) ([]claimed, error) {
 	}
 	out, err := pgx.CollectRows(rs, func(row pgx.CollectableRow) (claimed, error) {
 		var c claimed
-		err := row.Scan(&c.id, &c.eventID, &c.topic, &c.payload, &c.metadata, &c.attempts)
+		err := row.Scan(&c.id, &c.eventID, &c.topic, &c.key, &c.payload, &c.metadata, &c.attempts)
 		return c, err
 	})
 	if err != nil {
@@ -328,6 +342,13 @@ func groupByTopic(rows []claimed) [][]claimed {
 // publish sends one topic's rows with a single Publish call and returns the
 // confirmed ids and the failed ones with their error. Only a
 // broker.PartialPublishError confirms part of a call.
+//
+// A call refused permanently with several rows unconfirmed is sent again one
+// row at a time: a refusal is one message's fault (adapters check every
+// message before sending any), and its neighbours must not be parked with it.
+// This costs a call per row, and only on a permanent refusal; a row resent
+// that had reached some queue (a *routing.RouteError) is a duplicate there,
+// which consumers deduplicate.
 func (r *Relay) publish(ctx context.Context, group []claimed) (ok []int64, failed map[int64]error) {
 	failed = map[int64]error{}
 	topic := group[0].topic
@@ -337,12 +358,11 @@ func (r *Relay) publish(ctx context.Context, group []claimed) (ok []int64, faile
 	msgs := make([]*message.Message, 0, len(group))
 	sent := make([]claimed, 0, len(group))
 	for _, c := range group {
-		m := message.NewMessage(c.eventID, c.payload)
-		if err := json.Unmarshal(c.metadata, &m.Metadata); err != nil {
-			failed[c.id] = fmt.Errorf("decode metadata: %w", err)
+		m, err := c.message(pctx)
+		if err != nil {
+			failed[c.id] = err
 			continue
 		}
-		m.SetContext(pctx)
 		msgs = append(msgs, m)
 		sent = append(sent, c)
 	}
@@ -356,22 +376,48 @@ func (r *Relay) publish(ctx context.Context, group []claimed) (ok []int64, faile
 		}
 		return ok, failed
 	}
+	unconfirmed := sent
 	var partial broker.PartialPublishError
 	if errors.As(err, &partial) && knownIDs(partial.FailedUUIDs(), sent) {
 		bad := partial.FailedUUIDs()
+		unconfirmed = nil
 		for _, c := range sent {
 			if slices.Contains(bad, c.eventID) {
-				failed[c.id] = err
+				unconfirmed = append(unconfirmed, c)
 			} else {
 				ok = append(ok, c.id)
 			}
 		}
+	}
+	if len(unconfirmed) < 2 || !permanent(err) {
+		for _, c := range unconfirmed {
+			failed[c.id] = err
+		}
 		return ok, failed
 	}
-	for _, c := range sent {
-		failed[c.id] = err
+	for _, c := range unconfirmed {
+		m, merr := c.message(pctx)
+		if merr == nil {
+			merr = r.pub.Publish(topic, m)
+		}
+		if merr != nil {
+			failed[c.id] = merr
+		} else {
+			ok = append(ok, c.id)
+		}
 	}
-	return nil, failed
+	return ok, failed
+}
+
+// message is the row as the message to publish, bound to ctx. Metadata that
+// does not decode never will: the error is permanent.
+func (c claimed) message(ctx context.Context) (*message.Message, error) {
+	m := message.NewMessage(c.eventID, c.payload)
+	if err := json.Unmarshal(c.metadata, &m.Metadata); err != nil {
+		return nil, failure.AsPermanent(fmt.Errorf("decode metadata: %w", err))
+	}
+	m.SetContext(ctx)
+	return m, nil
 }
 
 // knownIDs reports whether every failed id names a message of the call. A
@@ -391,9 +437,9 @@ func knownIDs(failed []string, sent []claimed) bool {
 const maxErrorLen = 2000
 
 // record marks the confirmed rows published and schedules the failed ones
-// for a retry with backoff, parking those that reached MaxAttempts. It
-// returns the parked ids.
-func (r *Relay) record(ctx context.Context, tx pgx.Tx, rows []claimed, published []int64, failed map[int64]error) ([]int64, error) {
+// for a retry with backoff, parking those refused permanently after
+// MaxAttempts tries. It returns the parked rows.
+func (r *Relay) record(ctx context.Context, tx pgx.Tx, rows []claimed, published []int64, failed map[int64]error) ([]claimed, error) {
 	if len(published) > 0 {
 		if _, err := tx.Exec(ctx, `UPDATE `+r.table+` SET published_at = now(), last_error = NULL WHERE id = ANY($1)`, published); err != nil {
 			return nil, fmt.Errorf("outbox relay: mark %d published: %w", len(published), err)
@@ -404,7 +450,8 @@ func (r *Relay) record(ctx context.Context, tx pgx.Tx, rows []claimed, published
 	}
 	var ids, delays []int64
 	var msgs []string
-	var parked []int64
+	var parks []bool
+	var parked []claimed
 	for _, c := range rows {
 		err, ok := failed[c.id]
 		if !ok {
@@ -414,29 +461,63 @@ func (r *Relay) record(ctx context.Context, tx pgx.Tx, rows []claimed, published
 		if len(e) > maxErrorLen {
 			e = e[:maxErrorLen]
 		}
+		delay := r.backoff(c.attempts)
+		park := permanent(err) && c.attempts+1 >= r.cfg.MaxAttempts
 		ids = append(ids, c.id)
 		msgs = append(msgs, e)
-		delays = append(delays, r.backoff(c.attempts).Microseconds())
-		if c.attempts+1 >= r.cfg.MaxAttempts {
-			parked = append(parked, c.id)
-			r.log.Error("outbox message parked after too many failed publishes",
-				"message_id", c.eventID, "queue", c.topic, "attempts", c.attempts+1, "error", err)
+		delays = append(delays, delay.Microseconds())
+		parks = append(parks, park)
+		if park {
+			parked = append(parked, c) // logged once committed
 		} else {
-			r.log.Warn("outbox publish failed, will retry",
-				"message_id", c.eventID, "queue", c.topic, "attempts", c.attempts+1, "error", err)
+			r.logFailure(c, err, false, delay)
 		}
 	}
 	_, err := tx.Exec(ctx, `UPDATE `+r.table+` o SET
 			attempts = o.attempts + 1,
 			last_error = f.err,
 			next_attempt_at = now() + f.delay_us * interval '1 microsecond',
-			parked_at = CASE WHEN o.attempts + 1 >= $4 THEN now() END
-		FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS f(id, err, delay_us)
-		WHERE o.id = f.id`, ids, msgs, delays, r.cfg.MaxAttempts)
+			parked_at = CASE WHEN f.park THEN now() END
+		FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bool[]) AS f(id, err, delay_us, park)
+		WHERE o.id = f.id`, ids, msgs, delays, parks)
 	if err != nil {
 		return nil, fmt.Errorf("outbox relay: record %d failures: %w", len(ids), err)
 	}
 	return parked, nil
+}
+
+// logFailure logs one failed row: a warning while it will be tried again, an
+// error once it is parked — the line an operator needs to find the row, why
+// it was refused, and whether it holds back the later rows of its key.
+func (r *Relay) logFailure(c claimed, err error, parked bool, retryIn time.Duration) {
+	attrs := []any{"message_id", c.eventID, "trace_id", c.traceID(), "queue", c.topic, "attempts", c.attempts + 1}
+	if c.key != "" {
+		attrs = append(attrs, "ordering_key", c.key)
+	}
+	switch {
+	case parked:
+		attrs = append(attrs, "reason", err, "class", failure.Permanent.String(),
+			"holds_key", c.key != "" && r.strict(c.topic), "requeue", "eventpipe outbox requeue --id "+c.eventID)
+		r.log.Error("outbox message parked: the broker refused it; not tried again until requeued", attrs...)
+	case permanent(err):
+		attrs = append(attrs, "error", err, "class", failure.Permanent.String(), "retry_in", retryIn)
+		r.log.Warn("outbox message refused, will retry before parking it", attrs...)
+	default:
+		attrs = append(attrs, "error", err, "class", failure.Transient.String(), "retry_in", retryIn)
+		r.log.Warn("outbox publish failed, will retry", attrs...)
+	}
+}
+
+// traceID is the row's trace id, for log lines; empty when it has none.
+func (c claimed) traceID() string {
+	var md map[string]string
+	_ = json.Unmarshal(c.metadata, &md)
+	return md[metadata.TraceIDKey]
+}
+
+// strict reports whether topic's keyed rows are published in strict order.
+func (r *Relay) strict(topic string) bool {
+	return r.strictAll || slices.Contains(r.strictTopics, topic)
 }
 
 // backoff is the delay after a row's (attempts+1)-th failure: MinBackoff
@@ -457,7 +538,7 @@ func (r *Relay) backoff(attempts int) time.Duration {
 }
 
 // count updates the counters after a committed claim.
-func (r *Relay) count(rows []claimed, published []int64, failed map[int64]error, parked []int64) {
+func (r *Relay) count(rows []claimed, published []int64, failed map[int64]error, parked []claimed) {
 	if r.metrics == nil {
 		return
 	}
@@ -471,7 +552,7 @@ func (r *Relay) count(rows []claimed, published []int64, failed map[int64]error,
 	for id := range failed {
 		r.metrics.failed.WithLabelValues(topicOf[id]).Inc()
 	}
-	for _, id := range parked {
-		r.metrics.parked.WithLabelValues(topicOf[id]).Inc()
+	for _, c := range parked {
+		r.metrics.parked.WithLabelValues(c.topic).Inc()
 	}
 }

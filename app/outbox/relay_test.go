@@ -179,15 +179,15 @@ func TestRelayMarksOnlyConfirmedRowsOnPartialFailure(t *testing.T) {
 	}
 }
 
-// A poison row is parked after MaxAttempts and never holds back the rows
-// written after it.
+// A row the broker refuses permanently is parked after MaxAttempts tries and
+// never holds back the rows written after it (no strict order here).
 func TestRelayParksAPoisonRow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	e.write(t, "t", message.NewMessage("poison", []byte(`{}`)))
 	e.write(t, "t", msgs("ok", 3)...)
-	pub := &fakePublisher{fail: failIDs("poison")}
+	pub := &fakePublisher{fail: refuseIDs("poison")}
 	reg := prometheus.NewRegistry()
 	cfg := fast
 	cfg.MaxAttempts, cfg.BatchSize, cfg.Registerer = 3, 2, reg
@@ -240,9 +240,9 @@ func TestRelayGauges(t *testing.T) {
 	require.NoError(t, err)
 
 	reg := prometheus.NewRegistry()
-	pub := &fakePublisher{fail: failIDs("poison-0", "poison-1")}
+	pub := &fakePublisher{fail: refuseIDs("poison-0", "poison-1")}
 	cfg := fast
-	cfg.MaxAttempts, cfg.Registerer, cfg.PollInterval = 1, reg, time.Hour
+	cfg.Registerer, cfg.PollInterval = reg, time.Hour
 	r := e.relay(t, pub, cfg)
 	// A second relay on the same registry shares the collectors.
 	_ = e.relay(t, pub, cfg)
