@@ -1,6 +1,6 @@
 // Package cli is eventpipe's command line: serve, publish, topology (plan,
-// apply, export), migrate (up, down, status), relay, dlq (peek, redrive),
-// realtime (token) and version. Run is the whole program minus the process:
+// apply, export), migrate (up, down, status), relay, outbox (requeue), dlq
+// (peek, redrive), version, and the specs' own commands (realtime token). Run is the whole program minus the process:
 // arguments, output streams and environment are injected, so tests drive it
 // in-process.
 package cli

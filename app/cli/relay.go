@@ -16,8 +16,10 @@ func (e *env) relayCmd() *cobra.Command {
 		Short: "Publish the outbox to the configured broker until interrupted",
 		Long: `relay runs the transactional outbox's relay on its own (serve runs it too): it
 publishes the rows of <schema>.outbox to the configured broker, marks them
-published, retries failures with backoff and parks a row after 10 failed
-attempts; it also deletes published rows older than 7 days. Any number of
+published and retries an unavailable broker forever (at most a minute apart);
+only a row the broker refuses for good (too large, unroutable) is parked, and
+'eventpipe outbox requeue' brings it back. It also deletes published rows older
+than 7 days. Any number of
 relays may run at once. It connects with postgres.dsn (EVENTPIPE_POSTGRES_DSN),
 which is required, and the schema must be migrated (eventpipe migrate up).
 
