@@ -39,6 +39,7 @@ func TestSpecOnEveryBroker(t *testing.T) {
 		{Name: "order kept within a session", Run: testOrder},
 		{Name: "no eventId: DLQ after 5 attempts", Run: testNoEventID},
 		{Name: "transient failure then success", Run: testTransientThenSuccess},
+		{Name: "order kept when an event fails once", Run: testOrderUnderFailure},
 	})
 }
 
@@ -48,10 +49,15 @@ type effects struct {
 	booking.Store
 	fail    atomic.Int64
 	applied atomic.Int64
+	// failOnce fails the first Apply of the event with this step id.
+	failOnce atomic.Value
 }
 
 func (e *effects) Apply(ctx context.Context, ev booking.Event) error {
 	if e.fail.Add(-1) >= 0 {
+		return errors.New("postgres: connection reset by peer")
+	}
+	if id, _ := e.failOnce.Load().(string); id != "" && id == ev.StepID && e.failOnce.CompareAndSwap(id, "") {
 		return errors.New("postgres: connection reset by peer")
 	}
 	if err := e.Store.Apply(ctx, ev); err != nil {
@@ -123,7 +129,7 @@ func newFlow(t *testing.T, b testbrokers.Kind) *flow {
 	routes := h.Routes()
 	require.Len(t, routes, 1)
 	r := routes[0]
-	assert.Equal(t, route.Policy{MaxAttempts: 5, Redelivery: route.Broker, Backoff: short, OnPermanent: route.FailUntilMax, DeadLetterQueue: booking.DLQ}, r.Policy)
+	assert.Equal(t, route.Policy{MaxAttempts: 5, Redelivery: route.InProcess, Backoff: short, OnPermanent: route.FailUntilMax, DeadLetterQueue: booking.DLQ}, r.Policy)
 	assert.Equal(t, booking.Queue, r.Queue)
 	r.Queue, r.Policy.DeadLetterQueue = f.queue, f.dlqName
 	r.Handle = f.handled.wrap(r.Handle)
@@ -281,4 +287,36 @@ func testTransientThenSuccess(t *testing.T, b testbrokers.Kind) {
 	assert.Equal(t, 3, f.handled.of(got.EventID), "two transient failures, then success")
 	assert.Equal(t, int64(1), f.effects.applied.Load())
 	testbrokers.NoMessage(t, f.dlq, time.Second, "dead letter")
+}
+
+// A session's events are applied in order even when one of them fails once
+// (a database error): the failing event holds back the later ones of its
+// session until it succeeds, it does not go behind them.
+func testOrderUnderFailure(t *testing.T, b testbrokers.Kind) {
+	f := newFlow(t, b)
+	ctx := context.Background()
+	sid := session(t)
+	f.effects.failOnce.Store("step-03")
+	var want []string
+	for i := 1; i <= 12; i++ {
+		ev := booking.Event{BookingSessionID: sid, Type: booking.TypeStepCompleted,
+			OccurredAt: moment.Add(time.Duration(i) * time.Millisecond), StepID: fmt.Sprintf("step-%02d", i)}
+		got, err := f.producer.Enqueue(ctx, booking.TransportHTTP, ev)
+		require.NoError(t, err)
+		want = append(want, got.EventID)
+	}
+	testbrokers.Eventually(t, 3*f.b.Redelivery, "all applied", func() bool { return f.effects.applied.Load() == 12 })
+	evs, err := f.store.Events(ctx, sid)
+	require.NoError(t, err)
+	var got []string
+	for _, ev := range evs {
+		got = append(got, ev.EventID)
+	}
+	if b.Name == "memory" {
+		// The embedded broker does not keep publish order (testOrder).
+		assert.ElementsMatch(t, want, got)
+		return
+	}
+	assert.Equal(t, want, got, "publish order, the failed event in its place")
+	testbrokers.NoMessage(t, f.dlq, 500*time.Millisecond, "dead letter")
 }
