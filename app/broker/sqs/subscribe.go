@@ -34,12 +34,21 @@ import (
 // value of any of these keys is dropped, and so is a metadata.NackDelayKey that
 // came with the message.
 //
-// Ack deletes the message. Nack makes it visible again after the duration in
-// its metadata.NackDelayKey when it has a valid one (rounded up to
-// whole seconds, clamped to 0..12 h), else after Config.NackVisibility. A
+// Ack deletes the message. Nack leaves its visibility as it is, by default:
+// retry timing is the queue's (the SQS specs' Lambda semantics), so the
+// message comes back when its visibility timeout runs out — a visibility
+// timeout after its receive or its last heartbeat — and a database outage
+// shorter than that costs no receive. Config.NackVisibility, when set, is the
+// visibility a nack gives instead. A delay is a route's explicit choice: a
+// message carrying metadata.ExplicitNackDelayKey ("true") is made visible
+// again after its metadata.NackDelayKey (rounded up to whole seconds, clamped
+// to 0..12 h; 0 = at once). The retry middleware sets NackDelayKey from the
+// route's backoff on every broker and marks it explicit only for a route with
+// route.Policy.ExplicitBackoff, so brokers without a timing of their own
+// (Postgres) keep waiting the backoff while SQS routes keep the queue's. A
 // message that cannot be unmarshaled is logged and left alone: it comes back
-// after the queue's visibility timeout and the redrive policy dead-letters it. Receive errors are logged and retried with
-// back-off. The subscription ends, and the channel closes, when ctx ends or
+// after the queue's visibility timeout and the redrive policy dead-letters
+// it. Receive errors are logged and retried with back-off. The subscription ends, and the channel closes, when ctx ends or
 // the PubSub is closed; see Close for what happens to messages in flight.
 func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	p.mu.Lock()
@@ -344,11 +353,11 @@ func (s *subscription) deliver(msg *message.Message, id, handle string, cancel c
 	case isDone(msg.Acked()):
 		s.settleOne(settleRequest{receiptHandle: handle, messageID: id, delete: true})
 	case isDone(msg.Nacked()):
-		s.settleOne(settleRequest{
-			receiptHandle: handle,
-			messageID:     id,
-			visibility:    nackVisibility(msg, s.p.cfg.NackVisibility),
-		})
+		// Without a change the message comes back when the visibility timeout
+		// the receive or the last heartbeat set runs out: the queue's timing.
+		if visibility, change := nackVisibility(msg, s.p.cfg.NackVisibility); change {
+			s.settleOne(settleRequest{receiptHandle: handle, messageID: id, visibility: visibility})
+		}
 	default:
 		// Neither acked nor nacked by the end of the drain: released, so that
 		// another consumer gets it now rather than after the visibility
