@@ -23,7 +23,7 @@ type DeadLetterView struct {
 }
 
 // PeekDeadLetters returns up to max messages of the dead-letter queue dlq
-// without removing them: each is nacked back after it is read. It stops at
+// without removing them: each is given back at once after it is read. It stops at
 // max, when a message comes round a second time, or when none arrives for
 // idle.
 func PeekDeadLetters(ctx context.Context, sub message.Subscriber, dlq string, max int, idle time.Duration) ([]DeadLetterView, error) {
@@ -40,12 +40,14 @@ func PeekDeadLetters(ctx context.Context, sub message.Subscriber, dlq string, ma
 		if err != nil || msg == nil {
 			return views, err
 		}
-		msg.Nack()
+		// Read before it is given back: giving back adds the redelivery
+		// request to its metadata.
+		view := DeadLetterView{ID: msg.UUID, Size: len(msg.Payload), Metadata: maps.Clone(map[string]string(msg.Metadata))}
+		giveBack(msg)
 		if seen[msg.UUID] {
 			break
 		}
 		seen[msg.UUID] = true
-		view := DeadLetterView{ID: msg.UUID, Size: len(msg.Payload), Metadata: maps.Clone(map[string]string(msg.Metadata))}
 		if info, ok, err := metadata.DeadLetterOf(msg); err == nil && ok {
 			view.History = &info
 			delete(view.Metadata, metadata.DeadLetterKey)
@@ -85,7 +87,7 @@ func RedriveDeadLetters(ctx context.Context, sub message.Subscriber, pub message
 		if target == "" {
 			info, ok, err := metadata.DeadLetterOf(msg)
 			if err != nil || !ok || info.SourceQueue == "" {
-				msg.Nack()
+				giveBack(msg)
 				return done, fmt.Errorf("message %s has no dead-letter history naming its source queue: redrive it with --to", msg.UUID)
 			}
 			target = info.SourceQueue
@@ -93,20 +95,30 @@ func RedriveDeadLetters(ctx context.Context, sub message.Subscriber, pub message
 		again := message.NewMessage(msg.UUID, msg.Payload)
 		for k, v := range msg.Metadata {
 			switch k {
-			case metadata.DeadLetterKey, metadata.AttemptKey, metadata.FirstFailureKey, metadata.NackDelayKey:
+			case metadata.DeadLetterKey, metadata.AttemptKey, metadata.FirstFailureKey, metadata.NackDelayKey, metadata.ExplicitNackDelayKey:
 			default:
 				again.Metadata.Set(k, v)
 			}
 		}
 		again.SetContext(ctx)
 		if err := pub.Publish(target, again); err != nil {
-			msg.Nack()
+			giveBack(msg)
 			return done, fmt.Errorf("redrive %s to %s: %w", msg.UUID, target, err)
 		}
 		msg.Ack()
 		done = append(done, Redriven{ID: msg.UUID, To: target})
 	}
 	return done, nil
+}
+
+// giveBack nacks msg asking for its redelivery at once, explicitly: a peek or
+// a redrive that stops must leave the dead letter where the next command
+// finds it, not hidden for the queue's visibility timeout (a plain nack on
+// SQS leaves the visibility as it is).
+func giveBack(msg *message.Message) {
+	msg.Metadata.Set(metadata.NackDelayKey, "0s")
+	msg.Metadata.Set(metadata.ExplicitNackDelayKey, "true")
+	msg.Nack()
 }
 
 // next waits up to idle for a message; nil when none came.

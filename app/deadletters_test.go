@@ -14,6 +14,7 @@ import (
 	"github.com/eventpipe/eventpipe/app"
 	"github.com/eventpipe/eventpipe/app/broker/brokertest"
 	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/testbrokers"
 )
@@ -82,6 +83,44 @@ func TestPeekAndRedriveDeadLetters(t *testing.T) {
 				assert.Equal(t, queue, r.To)
 			}
 			require.Eventually(t, func() bool { return handled.Load() == 2 }, 3*b.Redelivery, 50*time.Millisecond, "the fixed handler processes both")
+		})
+	}
+}
+
+// A peek puts what it read back at once, on every broker: the next peek, or a
+// redrive right after it, sees the same dead letters. (On SQS a nack leaves
+// the visibility as it is, so a plain nack would hide them for the queue's
+// visibility timeout.)
+func TestPeekDeadLettersLeavesThemVisible(t *testing.T) {
+	t.Parallel()
+	for _, b := range testbrokers.Kinds {
+		if !b.Durable {
+			continue
+		}
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			scope := testbrokers.Scope(t, b.Name)
+			ps := testbrokers.New(t, b.Name, scope)
+			dlq := brokertest.Topic(t) + "-dlq"
+			publish(t, ps, dlq, newTracedMessage(`{"n":1}`), newTracedMessage(`{"n":2}`))
+
+			peeker := testbrokers.New(t, b.Name, scope)
+			var views []app.DeadLetterView
+			require.Eventually(t, func() bool {
+				var err error
+				views, err = app.PeekDeadLetters(context.Background(), peeker, dlq, 10, time.Second)
+				require.NoError(t, err)
+				return len(views) == 2
+			}, 3*b.Redelivery, 100*time.Millisecond, "both dead letters visible")
+			for range 2 {
+				again, err := app.PeekDeadLetters(context.Background(), peeker, dlq, 10, time.Second)
+				require.NoError(t, err)
+				assert.Len(t, again, 2, "what a peek read is there for the next one at once")
+				for _, v := range again {
+					assert.NotContains(t, v.Metadata, metadata.NackDelayKey, "the peek's own redelivery request is not shown")
+					assert.NotContains(t, v.Metadata, metadata.ExplicitNackDelayKey)
+				}
+			}
 		})
 	}
 }
