@@ -113,3 +113,21 @@ func TestBatchSizeOfQueue(t *testing.T) {
 		t.Fatalf("a batch size of 11 must be refused, got %v", err)
 	}
 }
+
+func TestStaleReceipt(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		code, message string
+		want          bool
+	}{
+		{"ReceiptHandleIsInvalid", "", true},
+		{"AWS.SimpleQueueService.ReceiptHandleIsInvalid", "", true},
+		// What SQS answers for a handle whose visibility timeout ran out.
+		{"InvalidParameterValue", "Value abc for parameter ReceiptHandle is invalid. Reason: The receipt handle has expired.", true},
+		{"InvalidParameterValue", "Value 0 for parameter VisibilityTimeout is invalid.", false},
+		{"InternalError", "receipt handle", false},
+		{"ServiceUnavailable", "", false},
+	} {
+		assert.Equal(t, tc.want, staleReceipt(tc.code, tc.message), "%s: %s", tc.code, tc.message)
+	}
+}

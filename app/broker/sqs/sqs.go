@@ -7,7 +7,7 @@
 // refused. Subscribe runs Config.Workers long-polling receivers, each asking
 // for Config.BatchSize messages, and hands every message of a batch out on its
 // own: an ack deletes it (acks that arrive together are deleted together with
-// DeleteMessageBatch), a nack leaves its visibility alone so that it comes
+// DeleteMessageBatch; a failed delete is retried briefly), a nack leaves its visibility alone so that it comes
 // back after the queue's visibility timeout (Lambda semantics; a route's
 // explicit delay, metadata.ExplicitNackDelayKey, or Config.NackVisibility
 // changes it instead), and one nack never holds back or gives up the rest of

@@ -34,7 +34,12 @@ import (
 // value of any of these keys is dropped, and so is a metadata.NackDelayKey that
 // came with the message.
 //
-// Ack deletes the message. Nack leaves its visibility as it is, by default:
+// Ack deletes the message; a delete SQS fails is tried again a few times
+// within a second or so, while the message is surely still invisible, so an
+// acked message is not delivered again (nor, on a FIFO queue, its group held
+// up) for a passing error. A receipt handle SQS no longer takes (the
+// visibility timeout ran out) is not retried: the message will be delivered
+// again, which is logged at info. Nack leaves its visibility as it is, by default:
 // retry timing is the queue's (the SQS specs' Lambda semantics), so the
 // message comes back when its visibility timeout runs out — a visibility
 // timeout after its receive or its last heartbeat — and a database outage
@@ -129,6 +134,9 @@ type settleRequest struct {
 	messageID     string
 	delete        bool
 	visibility    int32 // seconds, when not delete
+	// visibleAt is, for a delete, the earliest the message may be visible
+	// again (zero: not known); retries of a failed delete stop before it.
+	visibleAt time.Time
 }
 
 func (s *subscription) start() {
@@ -348,10 +356,10 @@ func (s *subscription) deliver(msg *message.Message, id, handle string, cancel c
 	case <-msg.Nacked():
 	case <-s.drained:
 	}
-	s.heartbeat.untrack(handle)
+	visibleAt := s.heartbeat.untrack(handle)
 	switch {
 	case isDone(msg.Acked()):
-		s.settleOne(settleRequest{receiptHandle: handle, messageID: id, delete: true})
+		s.settleOne(settleRequest{receiptHandle: handle, messageID: id, delete: true, visibleAt: visibleAt})
 	case isDone(msg.Nacked()):
 		// Without a change the message comes back when the visibility timeout
 		// the receive or the last heartbeat set runs out: the queue's timing.
@@ -431,23 +439,6 @@ func (s *subscription) flush(batch []settleRequest) {
 // subscription: acks must still reach SQS while the subscription shuts down.
 func (s *subscription) settleContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), s.p.cfg.RequestTimeout)
-}
-
-func (s *subscription) deleteMessages(rs []settleRequest) {
-	entries := make([]types.DeleteMessageBatchRequestEntry, len(rs))
-	for i, r := range rs {
-		entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(r.receiptHandle)}
-	}
-	ctx, cancel := s.settleContext()
-	defer cancel()
-	out, err := s.p.client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(s.queueURL), Entries: entries})
-	if err != nil {
-		for _, r := range rs {
-			s.p.logger.Error("Cannot delete acked SQS message; it will be delivered again", err, s.fields(watermill.LogFields{"message_id": r.messageID}))
-		}
-		return
-	}
-	s.logBatchFailures("Cannot delete acked SQS message; it will be delivered again", rs, out.Failed)
 }
 
 func (s *subscription) changeVisibility(rs []settleRequest, visibility int32) {
