@@ -58,13 +58,15 @@ func NackDelay(msg *message.Message) time.Duration {
 // queues: MessageGroupId and MessageDeduplicationId).
 const (
 	// GroupIDKey names the group a message is ordered within (the booking
-	// spec's booking session id).
+	// spec's booking session id). The SQS adapter sets it on a message
+	// received from a FIFO queue (its MessageGroupId), so that a dead letter
+	// or a redrive keeps the group.
 	GroupIDKey = "x-group-id"
 	// OrderingKeyKey is the outbox's per-aggregate ordering key; on a FIFO
 	// queue it is the group when GroupIDKey is absent.
 	OrderingKeyKey = "x-ordering-key"
 	// DeduplicationIDKey overrides the deduplication id, which is otherwise
-	// the message id (the event id).
+	// the message id (the event id); see DeduplicationID.
 	DeduplicationIDKey = "x-dedup-id"
 )
 

@@ -24,13 +24,16 @@ func (p *PubSub) NacksWithDelay() bool { return true }
 var receiveSystemAttributes = []types.MessageSystemAttributeName{
 	types.MessageSystemAttributeNameApproximateReceiveCount,
 	types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp,
+	types.MessageSystemAttributeNameMessageGroupId,
 }
 
 // setDeliveryMetadata sets what SQS alone knows about a delivery on md, from
 // the received message's system attributes, over whatever a publisher put
-// there: ReceiveCountKey, metadata.AttemptKey (ApproximateReceiveCount − 1) and,
-// on a redelivery (ApproximateReceiveCount > 1), metadata.FirstFailureKey from
-// ApproximateFirstReceiveTimestamp. A publisher's value of those keys is
+// there: ReceiveCountKey, metadata.AttemptKey (ApproximateReceiveCount − 1),
+// on a redelivery (ApproximateReceiveCount > 1) metadata.FirstFailureKey from
+// ApproximateFirstReceiveTimestamp, and on a FIFO queue metadata.GroupIDKey
+// from MessageGroupId, so that a dead letter or a redrive of the message can
+// be published to a FIFO queue whoever sent it. A publisher's value of those keys is
 // never delivered, nor a metadata.NackDelayKey (or its explicit mark) that came
 // with the message: a delay asked for by a nack elsewhere must not delay this
 // consumer's nacks.
@@ -47,6 +50,9 @@ func setDeliveryMetadata(md message.Metadata, attrs map[string]string) {
 		}
 	}
 	md.Set(metadata.AttemptKey, strconv.Itoa(attempt))
+	if group := attrs[string(types.MessageSystemAttributeNameMessageGroupId)]; group != "" {
+		md.Set(metadata.GroupIDKey, group)
+	}
 	if attempt == 0 {
 		return
 	}

@@ -90,6 +90,12 @@ func TestSetDeliveryMetadata(t *testing.T) {
 		metadata.FirstFailureKey: "2023-11-14T22:13:20.123Z",
 	}, again)
 
+	fifo := forged()
+	fifo[metadata.GroupIDKey] = "forged"
+	setDeliveryMetadata(fifo, map[string]string{"ApproximateReceiveCount": "1", "MessageGroupId": "bks_1"})
+	assert.Equal(t, message.Metadata{"keep": "v", metadata.AttemptKey: "0", ReceiveCountKey: "1", metadata.GroupIDKey: "bks_1"}, fifo,
+		"the group SQS delivered it in")
+
 	noTimestamp := forged()
 	setDeliveryMetadata(noTimestamp, map[string]string{"ApproximateReceiveCount": "2"})
 	assert.Equal(t, message.Metadata{"keep": "v", metadata.AttemptKey: "1", ReceiveCountKey: "2"}, noTimestamp)

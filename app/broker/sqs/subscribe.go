@@ -26,6 +26,10 @@ import (
 // before half of the visibility timeout (Config.VisibilityTimeout, or the
 // queue's own, read here once) has passed, so a long handler keeps it.
 //
+// A message from a FIFO queue carries its MessageGroupId as
+// metadata.GroupIDKey, whoever published it, so that its dead letter or a
+// redrive can be published to a FIFO queue in the same group.
+//
 // On a redelivery (ApproximateReceiveCount > 1) a message also carries
 // metadata.FirstFailureKey: SQS's ApproximateFirstReceiveTimestamp, the time of
 // its first receive, i.e. when the first (failed) attempt started, to the
