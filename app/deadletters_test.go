@@ -7,7 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -17,6 +22,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/testbrokers"
+	"github.com/eventpipe/eventpipe/app/testenv"
 )
 
 // A message dead-lettered by its route can be inspected in place, then
@@ -123,4 +129,77 @@ func TestPeekDeadLettersLeavesThemVisible(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A booking-like FIFO message that SQS's own redrive policy dead-lettered
+// (maxReceiveCount 1, received twice without a delete) carries no history of
+// ours; the redrive names its source from the queue whose redrive policy
+// targets the DLQ, and it arrives there with its group, although its
+// original deduplication id was used on that queue a moment ago.
+func TestRedriveNativeFIFODeadLetter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := awssqs.New(awssqs.Options{
+		Region:       testenv.SQSRegion,
+		BaseEndpoint: aws.String(testenv.SQSEndpoint(t)),
+		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
+	})
+	name := brokertest.Topic(t)
+	source, dlq := name+".fifo", name+"-dlq.fifo"
+	dlqOut, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(dlq), Attributes: map[string]string{"FifoQueue": "true"}})
+	require.NoError(t, err)
+	dlqURL := aws.ToString(dlqOut.QueueUrl)
+	attrs, err := c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: aws.String(dlqURL), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
+	require.NoError(t, err)
+	srcOut, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(source), Attributes: map[string]string{
+		"FifoQueue":         "true",
+		"VisibilityTimeout": "1",
+		"RedrivePolicy":     `{"deadLetterTargetArn":"` + attrs.Attributes["QueueArn"] + `","maxReceiveCount":1}`,
+	}})
+	require.NoError(t, err)
+	srcURL := aws.ToString(srcOut.QueueUrl)
+
+	ps := testbrokers.New(t, "sqs", testbrokers.Scope(t, "sqs"))
+	event := message.NewMessage("evt-"+watermill.NewShortUUID(), []byte(`{"bookingSessionId":"bks_1","type":"session.started"}`))
+	event.Metadata.Set(metadata.GroupIDKey, "bks_1")
+	event.Metadata.Set(metadata.DeduplicationIDKey, event.UUID)
+	require.NoError(t, ps.Publish(source, event))
+
+	// Received and never deleted, until the redrive policy moves it.
+	require.Eventually(t, func() bool {
+		if _, err := c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: aws.String(srcURL), WaitTimeSeconds: 1}); err != nil {
+			return false
+		}
+		out, err := c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{
+			QueueUrl:       aws.String(dlqURL),
+			AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages},
+		})
+		return err == nil && out.Attributes["ApproximateNumberOfMessages"] == "1"
+	}, 20*time.Second, 100*time.Millisecond, "dead-lettered by the redrive policy")
+
+	done, err := app.RedriveDeadLetters(ctx, ps, ps, dlq, "", 0, 2*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, []app.Redriven{{ID: event.UUID, To: source}}, done)
+
+	var got []types.Message
+	for start := time.Now(); len(got) == 0 && time.Since(start) < 10*time.Second; {
+		out, err := c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{
+			QueueUrl:                    aws.String(srcURL),
+			WaitTimeSeconds:             1,
+			MessageAttributeNames:       []string{"All"},
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
+		})
+		require.NoError(t, err)
+		got = out.Messages
+	}
+	require.Len(t, got, 1, "the redriven copy arrives on its source queue")
+	m := got[0]
+	assert.Equal(t, string(event.Payload), aws.ToString(m.Body))
+	assert.Equal(t, "bks_1", m.Attributes["MessageGroupId"], "in its group")
+	assert.Equal(t, event.UUID, aws.ToString(m.MessageAttributes["_watermill_message_uuid"].StringValue), "the same message id")
+	assert.NotEqual(t, event.UUID, m.Attributes["MessageDeduplicationId"], "a deduplication id of its own")
+
+	out, err := c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: aws.String(dlqURL), WaitTimeSeconds: 1})
+	require.NoError(t, err)
+	assert.Empty(t, out.Messages, "the dead letter is gone")
 }

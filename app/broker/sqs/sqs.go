@@ -64,7 +64,8 @@ func (e *QueueNotFoundError) Error() string {
 func (e *QueueNotFoundError) Is(target error) bool { return target == broker.ErrQueueNotFound }
 
 // PubSub is the SQS broker. It implements broker.PubSub, broker.Pinger,
-// broker.NackDelayer, broker.QueueStatter and message.SubscribeInitializer. It holds no connection
+// broker.NackDelayer, broker.QueueStatter, broker.DeadLetterSourcer and
+// message.SubscribeInitializer. It holds no connection
 // (SQS is HTTP), so it needs no reconnecting; Close ends its subscriptions.
 type PubSub struct {
 	cfg    Config
