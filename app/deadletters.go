@@ -26,9 +26,9 @@ type DeadLetterView struct {
 }
 
 // PeekDeadLetters returns up to max messages of the dead-letter queue dlq
-// without removing them: each is given back at once after it is read. It stops at
-// max, when a message comes round a second time, or when none arrives for
-// idle.
+// without removing them: each is given back at once after it is read. It
+// stops at max, when a message comes round a second time, or when none
+// arrives for idle.
 func PeekDeadLetters(ctx context.Context, sub message.Subscriber, dlq string, max int, idle time.Duration) ([]DeadLetterView, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -88,8 +88,8 @@ func (h *heartbeat) track(handle, messageID string, received time.Time) {
 
 // untrack stops extending a message. When it returns, no extension of it is
 // under way or will be sent. It returns the earliest time the message may be
-// visible again, how long its receipt handle is surely ours (zero when not
-// known: a queue without visibility timeout, or the message no longer
+// visible again — until then its receipt handle is surely ours — or zero when
+// that is not known (a queue without visibility timeout, a message no longer
 // tracked).
 func (h *heartbeat) untrack(handle string) (visibleAt time.Time) {
 	if h == nil {

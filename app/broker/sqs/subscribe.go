@@ -35,30 +35,34 @@ import (
 // its first receive, i.e. when the first (failed) attempt started, to the
 // millisecond, in RFC 3339 UTC. SQS keeps no failure times of its own, so this
 // is the closest it knows; it is absent on a first delivery. A publisher's
-// value of any of these keys is dropped, and so is a metadata.NackDelayKey that
-// came with the message.
+// value of any of these keys is dropped, and so is a metadata.NackDelayKey (or
+// its metadata.ExplicitNackDelayKey) that came with the message.
 //
-// Ack deletes the message; a delete SQS fails is tried again a few times
-// within a second or so, while the message is surely still invisible, so an
-// acked message is not delivered again (nor, on a FIFO queue, its group held
-// up) for a passing error. A receipt handle SQS no longer takes (the
+// Ack deletes the message. A delete SQS fails is tried again a few times
+// within a second or so, while the message is surely still invisible, so that
+// a passing error neither delivers an acked message again nor, on a FIFO
+// queue, holds up its group. A receipt handle SQS no longer takes (the
 // visibility timeout ran out) is not retried: the message will be delivered
-// again, which is logged at info. Nack leaves its visibility as it is, by default:
-// retry timing is the queue's (the SQS specs' Lambda semantics), so the
-// message comes back when its visibility timeout runs out — a visibility
-// timeout after its receive or its last heartbeat — and a database outage
-// shorter than that costs no receive. Config.NackVisibility, when set, is the
-// visibility a nack gives instead. A delay is a route's explicit choice: a
-// message carrying metadata.ExplicitNackDelayKey ("true") is made visible
-// again after its metadata.NackDelayKey (rounded up to whole seconds, clamped
-// to 0..12 h; 0 = at once). The retry middleware sets NackDelayKey from the
-// route's backoff on every broker and marks it explicit only for a route with
+// again, which is logged at info.
+//
+// Nack leaves the visibility as it is, by default: retry timing is the
+// queue's (the SQS specs' Lambda semantics), so the message comes back when
+// its visibility timeout runs out — a visibility timeout after its receive or
+// its last heartbeat — and a database outage shorter than that costs no
+// receive. Config.NackVisibility, when set, is the visibility a nack gives
+// instead. A shorter delay is a route's explicit choice: a message carrying
+// metadata.ExplicitNackDelayKey ("true") is made visible again after its
+// metadata.NackDelayKey (rounded up to whole seconds, clamped to 0..12 h; 0 =
+// at once). The retry middleware sets NackDelayKey from the route's backoff
+// on every broker and marks it explicit only for a route with
 // route.Policy.ExplicitBackoff, so brokers without a timing of their own
-// (Postgres) keep waiting the backoff while SQS routes keep the queue's. A
-// message that cannot be unmarshaled is logged and left alone: it comes back
-// after the queue's visibility timeout and the redrive policy dead-letters
-// it. Receive errors are logged and retried with back-off. The subscription ends, and the channel closes, when ctx ends or
-// the PubSub is closed; see Close for what happens to messages in flight.
+// (Postgres) keep waiting the backoff while SQS routes keep the queue's.
+//
+// A message that cannot be unmarshaled is logged and left alone: it comes
+// back after the queue's visibility timeout and the redrive policy
+// dead-letters it. Receive errors are logged and retried with back-off. The
+// subscription ends, and the channel closes, when ctx ends or the PubSub is
+// closed; see Close for what happens to messages in flight.
 func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	p.mu.Lock()
 	if p.closed {
