@@ -107,6 +107,13 @@ func (p Policy) Middleware(h message.HandlerFunc) message.HandlerFunc {
 				msg.Metadata.Set(metadata.FirstFailureKey, firstFailure.Format(time.RFC3339Nano))
 				if p.NackDelay {
 					msg.Metadata.Set(metadata.NackDelayKey, wait.String())
+					// Only an explicit backoff overrides the broker's own
+					// timing (SQS's visibility timeout).
+					if p.Route.ExplicitBackoff {
+						msg.Metadata.Set(metadata.ExplicitNackDelayKey, "true")
+					} else {
+						delete(msg.Metadata, metadata.ExplicitNackDelayKey)
+					}
 				} else if !sleep(ctx, wait) {
 					return nil, err
 				}
@@ -146,7 +153,7 @@ func (p Policy) deadLetter(ctx context.Context, msg *message.Message, attempts i
 	dl := message.NewMessage(msg.UUID, msg.Payload)
 	for k, v := range msg.Metadata {
 		switch k {
-		case metadata.AttemptKey, metadata.NackDelayKey, metadata.FirstFailureKey, metadata.DeadLetterKey, metadata.TracestateKey:
+		case metadata.AttemptKey, metadata.NackDelayKey, metadata.ExplicitNackDelayKey, metadata.FirstFailureKey, metadata.DeadLetterKey, metadata.TracestateKey:
 			// The DLQ's adapter counts its own attempts; the history is in
 			// DeadLetterKey; tracestate would cost an SQS attribute.
 		default:

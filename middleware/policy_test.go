@@ -211,8 +211,23 @@ func TestPolicyBrokerRedelivery(t *testing.T) {
 		require.ErrorIs(t, run.err, errTransient, "nacked")
 		assert.Equal(t, []int{2}, run.attempts, "one attempt per delivery")
 		assert.Equal(t, 20*time.Second, metadata.NackDelay(run.msg), "backoff after attempt 2")
+		assert.Empty(t, run.msg.Metadata.Get(metadata.ExplicitNackDelayKey), "the broker's own timing wins by default")
 		assert.NotEmpty(t, run.msg.Metadata.Get(metadata.FirstFailureKey))
 		assert.Empty(t, run.dlq)
+	})
+	t.Run("an explicit backoff is marked so, for brokers with a timing of their own", func(t *testing.T) {
+		t.Parallel()
+		p := policyFor(route.Broker, route.DeadLetter)
+		p.Backoff = route.Backoff{Initial: 10 * time.Second, Multiplier: 2, Max: time.Minute}
+		p.ExplicitBackoff = true
+		run := runPolicy(t, p, true, nil, errTransient)
+		require.ErrorIs(t, run.err, errTransient)
+		assert.Equal(t, 10*time.Second, metadata.NackDelay(run.msg))
+		assert.Equal(t, "true", run.msg.Metadata.Get(metadata.ExplicitNackDelayKey))
+
+		p.ExplicitBackoff = false
+		run = runPolicy(t, p, true, map[string]string{metadata.ExplicitNackDelayKey: "true"}, errTransient)
+		assert.Empty(t, run.msg.Metadata.Get(metadata.ExplicitNackDelayKey), "a mark that came with the message is not the route's")
 	})
 	t.Run("without a native delay the backoff is waited before the nack", func(t *testing.T) {
 		t.Parallel()

@@ -111,6 +111,17 @@ type QueueStatter interface {
 	QueueStats(ctx context.Context, queue string) (QueueStats, error)
 }
 
+// DeadLetterSourcer is implemented by adapters whose broker dead-letters on
+// its own, by a policy on the source queue (SQS's RedrivePolicy), and can say
+// which queues do so into a dead-letter queue. Such a dead letter carries no
+// history of eventpipe's (metadata.DeadLetterOf), so `eventpipe dlq redrive`
+// asks the broker where it came from.
+type DeadLetterSourcer interface {
+	// DeadLetterSources returns the queues (as Subscribe takes them) whose
+	// broker-side dead-lettering targets dlq, sorted; none is not an error.
+	DeadLetterSources(ctx context.Context, dlq string) ([]string, error)
+}
+
 // ErrQueueNotFound is wrapped by QueueStats for a queue the broker does not
 // have. Callers branch on it with errors.Is.
 var ErrQueueNotFound = errors.New("queue not found")

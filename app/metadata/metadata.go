@@ -37,6 +37,14 @@ const FirstFailureKey = "x-first-failure-at"
 // middleware waits in process before it nacks.
 const NackDelayKey = "x-nack-delay"
 
+// ExplicitNackDelayKey marks a NackDelayKey as an explicit choice ("true"):
+// the route asked for its backoff over the broker's own redelivery timing
+// (route.Policy.ExplicitBackoff), or a tool wants the message back at once.
+// Brokers without a timing of their own (Postgres) honour NackDelayKey either
+// way; SQS, whose queues time redeliveries by their visibility timeout, only
+// with this mark, and otherwise leaves a nacked message's visibility alone.
+const ExplicitNackDelayKey = "x-nack-delay-explicit"
+
 // NackDelay returns the redelivery delay requested in msg's metadata, or 0.
 func NackDelay(msg *message.Message) time.Duration {
 	d, err := time.ParseDuration(msg.Metadata.Get(NackDelayKey))
@@ -50,13 +58,15 @@ func NackDelay(msg *message.Message) time.Duration {
 // queues: MessageGroupId and MessageDeduplicationId).
 const (
 	// GroupIDKey names the group a message is ordered within (the booking
-	// spec's booking session id).
+	// spec's booking session id). The SQS adapter sets it on a message
+	// received from a FIFO queue (its MessageGroupId), so that a dead letter
+	// or a redrive keeps the group.
 	GroupIDKey = "x-group-id"
 	// OrderingKeyKey is the outbox's per-aggregate ordering key; on a FIFO
 	// queue it is the group when GroupIDKey is absent.
 	OrderingKeyKey = "x-ordering-key"
 	// DeduplicationIDKey overrides the deduplication id, which is otherwise
-	// the message id (the event id).
+	// the message id (the event id); see DeduplicationID.
 	DeduplicationIDKey = "x-dedup-id"
 )
 

@@ -78,6 +78,13 @@ type Policy struct {
 	Redelivery Redelivery
 	// Backoff is the wait between attempts.
 	Backoff Backoff
+	// ExplicitBackoff makes Backoff, with Broker redelivery, override a
+	// broker's own redelivery timing. Default false: SQS, whose queues time
+	// redeliveries by their visibility timeout, leaves a nacked message's
+	// visibility alone (the SQS specs' Lambda semantics: a short database
+	// outage must not use up a message's receives); brokers without a timing
+	// of their own (Postgres, RabbitMQ, in memory) wait Backoff either way.
+	ExplicitBackoff bool
 	// OnPermanent is what a permanent failure does.
 	OnPermanent OnPermanent
 	// DeadLetterQueue is the queue (topic) dead letters are published to.

@@ -74,11 +74,13 @@ type Config struct {
 	// queue's whole visibility timeout (the emulator does exactly that).
 	WaitTime time.Duration
 
-	// NackVisibility is the visibility timeout a nacked message gets, i.e. how
-	// long until it is delivered again, in whole seconds up to 12 h, when the
-	// message does not ask for its own delay with metadata.NackDelayKey (the
-	// retry middleware's back-off does). Default 0: at once (the queue's
-	// redrive policy moves it to the DLQ after maxReceiveCount deliveries).
+	// NackVisibility is the visibility timeout a nacked message gets, i.e.
+	// how long until it is delivered again, in whole seconds up to 12 h, when
+	// the message carries no explicit delay (metadata.ExplicitNackDelayKey
+	// with metadata.NackDelayKey: a route's own backoff). Default 0: the
+	// visibility is left as it is, so the message comes back when the queue's
+	// visibility timeout runs out (the SQS specs' Lambda semantics), and the
+	// redrive policy moves it to the DLQ after maxReceiveCount deliveries.
 	NackVisibility time.Duration
 
 	// VisibilityTimeout is how long a received message stays invisible to

@@ -20,22 +20,25 @@ import (
 	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
-// A nack with metadata.NackDelayKey hides the message for that delay; a nack
-// without it keeps the configured NackVisibility (0: at once). Both are nacked
-// together, so the one without a delay must come back first, and the delayed
-// one not before its delay.
-func TestNackDelay(t *testing.T) {
+// Retry timing is the queue's: a nack leaves the visibility as it is, so the
+// message comes back when the visibility timeout (5 s here) runs out, even
+// with the retry middleware's metadata.NackDelayKey on it; only a delay marked
+// metadata.ExplicitNackDelayKey changes it. All three are nacked together:
+// the explicit 0 s comes back at once, the explicit 2 s after 2 s, the plain
+// one (asking 0 s without the mark) only after the visibility timeout.
+func TestNackLeavesVisibilityUnlessExplicit(t *testing.T) {
 	t.Parallel()
 	var ps broker.PubSub = newPubSub(t, testConfig(t))
 	d, ok := ps.(broker.NackDelayer)
 	require.True(t, ok, "the SQS PubSub is a broker.NackDelayer")
-	require.True(t, d.NacksWithDelay())
+	require.True(t, d.NacksWithDelay(), "the middleware must not wait in process: the queue times the redelivery")
 
 	topic := brokertest.Topic(t)
 	require.NoError(t, ps.(*sqs.PubSub).SubscribeInitialize(topic))
-	delayed := message.NewMessage(watermill.NewUUID(), []byte(`{"delayed":true}`))
-	plain := message.NewMessage(watermill.NewUUID(), []byte(`{"delayed":false}`))
-	require.NoError(t, ps.Publish(topic, delayed, plain))
+	now := message.NewMessage(watermill.NewUUID(), []byte(`{"m":"explicit 0s"}`))
+	delayed := message.NewMessage(watermill.NewUUID(), []byte(`{"m":"explicit 2s"}`))
+	plain := message.NewMessage(watermill.NewUUID(), []byte(`{"m":"backoff, not explicit"}`))
+	require.NoError(t, ps.Publish(topic, now, delayed, plain))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -44,27 +47,43 @@ func TestNackDelay(t *testing.T) {
 
 	const delay = 2 * time.Second
 	var nackedAt time.Time
-	for pending := map[string]bool{delayed.UUID: true, plain.UUID: true}; len(pending) > 0; {
+	for pending := map[string]bool{now.UUID: true, delayed.UUID: true, plain.UUID: true}; len(pending) > 0; {
 		m := brokertest.Next(t, msgs, 20*time.Second)
-		require.True(t, pending[m.UUID], "unexpected delivery of %s before both were nacked", m.UUID)
+		require.True(t, pending[m.UUID], "unexpected delivery of %s before all were nacked", m.Payload)
 		delete(pending, m.UUID)
-		if m.UUID == delayed.UUID {
+		switch m.UUID {
+		case now.UUID:
+			m.Metadata.Set(metadata.NackDelayKey, "0s")
+			m.Metadata.Set(metadata.ExplicitNackDelayKey, "true")
+		case delayed.UUID:
 			m.Metadata.Set(metadata.NackDelayKey, delay.String())
-			nackedAt = time.Now()
+			m.Metadata.Set(metadata.ExplicitNackDelayKey, "true")
+		case plain.UUID:
+			// What the retry middleware sets for a route on the queue's timing.
+			m.Metadata.Set(metadata.NackDelayKey, "0s")
 		}
+		nackedAt = time.Now()
 		require.True(t, m.Nack())
 	}
 
-	first := brokertest.Next(t, msgs, 20*time.Second)
-	assert.Equal(t, plain.UUID, first.UUID, "the message nacked without a delay comes back first")
-	require.True(t, first.Ack())
-
-	second := brokertest.Next(t, msgs, 20*time.Second)
-	waited := time.Since(nackedAt)
-	require.True(t, second.Ack())
-	assert.Equal(t, delayed.UUID, second.UUID)
-	assert.GreaterOrEqual(t, waited, delay-500*time.Millisecond, "redelivered before the requested delay")
-	assert.Empty(t, second.Metadata.Get(metadata.NackDelayKey), "the delay request is not sent on with the message")
+	want := []struct {
+		msg      *message.Message
+		min, max time.Duration
+	}{
+		{now, 0, delay - 500*time.Millisecond},
+		{delayed, delay - 500*time.Millisecond, 4 * time.Second},
+		{plain, 4 * time.Second, 15 * time.Second},
+	}
+	for _, w := range want {
+		m := brokertest.Next(t, msgs, 20*time.Second)
+		waited := time.Since(nackedAt)
+		require.True(t, m.Ack())
+		require.Equal(t, string(w.msg.Payload), string(m.Payload), "order of redelivery")
+		assert.GreaterOrEqual(t, waited, w.min, "%s: redelivered too soon", m.Payload)
+		assert.LessOrEqual(t, waited, w.max, "%s: redelivered too late", m.Payload)
+		assert.Empty(t, m.Metadata.Get(metadata.NackDelayKey), "the delay request is not sent on with the message")
+		assert.Empty(t, m.Metadata.Get(metadata.ExplicitNackDelayKey), "nor its mark")
+	}
 }
 
 // metadata.FirstFailureKey is absent on a first delivery (a publisher's value
@@ -93,7 +112,7 @@ func TestFirstFailureTime(t *testing.T) {
 	m := brokertest.Next(t, msgs, 10*time.Second)
 	assert.Equal(t, "0", m.Metadata.Get(metadata.AttemptKey))
 	assert.NotContains(t, m.Metadata, metadata.FirstFailureKey, "a publisher's value is not delivered")
-	require.True(t, m.Nack())
+	nackAtOnce(t, m)
 
 	var firstSeen string
 	for range 2 {
@@ -107,7 +126,7 @@ func TestFirstFailureTime(t *testing.T) {
 		assert.WithinRange(t, at, sent.Add(-time.Second), time.Now().Add(time.Second))
 		if firstSeen == "" {
 			firstSeen = got
-			require.True(t, m.Nack())
+			nackAtOnce(t, m)
 		} else {
 			assert.Equal(t, firstSeen, got, "the same on every redelivery")
 			require.True(t, m.Ack())

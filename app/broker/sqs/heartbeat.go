@@ -53,6 +53,9 @@ type heartbeat struct {
 type beat struct {
 	messageID string
 	due       time.Time
+	// visibleAt is the earliest the message may be visible again: a
+	// visibility timeout after its receive or its last extension.
+	visibleAt time.Time
 }
 
 func newHeartbeat(s *subscription, visibility time.Duration) *heartbeat {
@@ -75,21 +78,34 @@ func (h *heartbeat) track(handle, messageID string, received time.Time) {
 		return
 	}
 	h.mu.Lock()
-	h.entries[handle] = &beat{messageID: messageID, due: received.Add(h.visibility / heartbeatDueDivisor)}
+	h.entries[handle] = &beat{
+		messageID: messageID,
+		due:       received.Add(h.visibility / heartbeatDueDivisor),
+		visibleAt: received.Add(h.visibility),
+	}
 	h.mu.Unlock()
 }
 
 // untrack stops extending a message. When it returns, no extension of it is
-// under way or will be sent.
-func (h *heartbeat) untrack(handle string) {
+// under way or will be sent. It returns the earliest time the message may be
+// visible again — until then its receipt handle is surely ours — or zero when
+// that is not known (a queue without visibility timeout, a message no longer
+// tracked).
+func (h *heartbeat) untrack(handle string) (visibleAt time.Time) {
 	if h == nil {
-		return
+		return time.Time{}
 	}
 	h.mu.Lock()
+	if b, ok := h.entries[handle]; ok {
+		visibleAt = b.visibleAt
+	}
 	delete(h.entries, handle)
 	h.mu.Unlock()
 	h.calling.Lock()
 	h.calling.Unlock() //nolint:staticcheck // an empty critical section: waits for a call under way
+	// An extension that was under way when the entry was read may have
+	// moved the time on; the earlier one is the safe answer.
+	return visibleAt
 }
 
 func (h *heartbeat) start() {
@@ -185,6 +201,7 @@ func (h *heartbeat) extend(ms []dueMessage) {
 		}
 		if b, ok := h.entries[ms[i].handle]; ok {
 			b.due = sent.Add(h.visibility / heartbeatDueDivisor)
+			b.visibleAt = sent.Add(h.visibility)
 		}
 	}
 	for _, f := range out.Failed {

@@ -99,7 +99,7 @@ func TestAttemptNumber(t *testing.T) {
 		}, []string{m.Metadata.Get(metadata.AttemptKey), m.Metadata.Get(sqs.ReceiveCountKey)},
 			"delivery %d: x-attempt and receive count", want+1)
 		if want < 2 {
-			require.True(t, m.Nack())
+			nackAtOnce(t, m)
 		} else {
 			last = m
 		}

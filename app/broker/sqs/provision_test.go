@@ -360,7 +360,7 @@ func TestApplyRejectsInvalidTopology(t *testing.T) {
 func TestRedriveAfterMaxReceives(t *testing.T) {
 	t.Parallel()
 	tp := uniqueTopology(t, interviewsLike())
-	ps := newPubSub(t, testConfig(t)) // NackVisibility 0: redelivered at once
+	ps := newPubSub(t, testConfig(t))
 	applyInSync(t, ps, tp)
 	q := tp.Queues[0]
 
@@ -374,7 +374,7 @@ func TestRedriveAfterMaxReceives(t *testing.T) {
 		m := brokertest.Next(t, msgs, 15*time.Second)
 		assert.Equal(t, sent.UUID, m.UUID)
 		assert.Equal(t, strconv.Itoa(i), m.Metadata.Get(sqs.ReceiveCountKey))
-		m.Nack()
+		nackAtOnce(t, m)
 	}
 	nothing(t, msgs, 2*time.Second) // the next receive moves it instead
 	cancel()

@@ -208,11 +208,16 @@ func isFIFO(queue string) bool { return strings.HasSuffix(queue, ".fifo") }
 var fifoDedupID = regexp.MustCompile(`^[!-~]{1,128}$`)
 
 // fifoIDs returns the message group and deduplication ids of msg for a FIFO
-// queue: the group from metadata.GroupIDKey, else metadata.OrderingKeyKey (the
-// outbox's per-aggregate order); the deduplication id from
-// metadata.DeduplicationIDKey, else the message id — the event id, so that a
-// relay publishing an event twice within SQS's five-minute window stores it
-// once.
+// queue: the group from metadata.GroupIDKey (which a message received from a
+// FIFO queue carries), else metadata.OrderingKeyKey (the outbox's
+// per-aggregate order); the deduplication id from metadata.DeduplicationIDKey,
+// else the message id — the event id, so that a relay publishing an event
+// twice within SQS's five-minute window stores it once. A dead letter
+// (metadata.DeadLetterKey) keeps the group but gets a deduplication id of its
+// own, derived from that one and its dead-letter record
+// (metadata.DerivedDeduplicationID): with the original's, SQS would silently
+// drop a message dead-lettered a second time within five minutes (redriven,
+// failed again) while its original is acked.
 func fifoIDs(msg *message.Message) (group, dedup string, err error) {
 	group = msg.Metadata.Get(metadata.GroupIDKey)
 	if group == "" {
@@ -221,9 +226,11 @@ func fifoIDs(msg *message.Message) (group, dedup string, err error) {
 	if !fifoDedupID.MatchString(group) {
 		return "", "", &InvalidMessageError{MessageUUID: msg.UUID, Reason: fmt.Sprintf("a FIFO queue needs a message group id (metadata %s or %s) of 1..128 printable ASCII characters, got %q", metadata.GroupIDKey, metadata.OrderingKeyKey, group)}
 	}
-	dedup = msg.Metadata.Get(metadata.DeduplicationIDKey)
-	if dedup == "" {
-		dedup = msg.UUID
+	dedup = metadata.DeduplicationID(msg)
+	if record := msg.Metadata.Get(metadata.DeadLetterKey); record != "" {
+		// The record names the attempts and the time: every dead-lettering
+		// of one message differs, a retried send of one does not.
+		dedup = metadata.DerivedDeduplicationID(msg, "dead-letter "+record)
 	}
 	if !fifoDedupID.MatchString(dedup) {
 		return "", "", &InvalidMessageError{MessageUUID: msg.UUID, Reason: fmt.Sprintf("deduplication id %q: want 1..128 printable ASCII characters", dedup)}

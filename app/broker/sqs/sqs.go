@@ -7,9 +7,10 @@
 // refused. Subscribe runs Config.Workers long-polling receivers, each asking
 // for Config.BatchSize messages, and hands every message of a batch out on its
 // own: an ack deletes it (acks that arrive together are deleted together with
-// DeleteMessageBatch), a nack makes it visible again after the delay in its
-// metadata.NackDelayKey (rounded up to whole seconds) or else
-// Config.NackVisibility, and one nack never holds back or gives up the rest of
+// DeleteMessageBatch; a failed delete is retried briefly), a nack leaves its visibility alone so that it comes
+// back after the queue's visibility timeout (Lambda semantics; a route's
+// explicit delay, metadata.ExplicitNackDelayKey, or Config.NackVisibility
+// changes it instead), and one nack never holds back or gives up the rest of
 // its batch. While a message is handed out and unsettled, a heartbeat extends
 // its visibility (ChangeMessageVisibilityBatch), so a handler may run longer
 // than the visibility timeout. Every message carries metadata.AttemptKey
@@ -63,7 +64,8 @@ func (e *QueueNotFoundError) Error() string {
 func (e *QueueNotFoundError) Is(target error) bool { return target == broker.ErrQueueNotFound }
 
 // PubSub is the SQS broker. It implements broker.PubSub, broker.Pinger,
-// broker.NackDelayer, broker.QueueStatter and message.SubscribeInitializer. It holds no connection
+// broker.NackDelayer, broker.QueueStatter, broker.DeadLetterSourcer and
+// message.SubscribeInitializer. It holds no connection
 // (SQS is HTTP), so it needs no reconnecting; Close ends its subscriptions.
 type PubSub struct {
 	cfg    Config

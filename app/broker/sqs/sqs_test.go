@@ -29,6 +29,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/broker/brokertest"
 	"github.com/eventpipe/eventpipe/app/broker/sqs"
+	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/app/testenv"
 )
 
@@ -113,6 +114,16 @@ func newMessages(n int) []*message.Message {
 	return msgs
 }
 
+// nackAtOnce nacks m asking, explicitly, for its redelivery at once, as a route
+// with route.Policy.ExplicitBackoff and no wait would: without the mark a nack
+// leaves the visibility as it is.
+func nackAtOnce(t *testing.T, m *message.Message) {
+	t.Helper()
+	m.Metadata.Set(metadata.NackDelayKey, "0s")
+	m.Metadata.Set(metadata.ExplicitNackDelayKey, "true")
+	require.True(t, m.Nack())
+}
+
 // nothing asserts that no message arrives for d.
 func nothing(t *testing.T, msgs <-chan *message.Message, d time.Duration) {
 	t.Helper()
@@ -149,8 +160,9 @@ func TestConformance(t *testing.T) {
 		CompetingConsumers: true,
 		// HTTP is connectionless: there is no connection to drop.
 		DropConnections: nil,
-		// A nack sets visibility 0: redelivery is immediate.
-		RedeliveryTimeout: 5 * time.Second,
+		// A nack leaves the visibility alone: redelivered when testConfig's
+		// 5 s visibility timeout runs out.
+		RedeliveryTimeout: 10 * time.Second,
 		QueueStats:        true,
 	}, func(t *testing.T) broker.PubSub {
 		return newPubSub(t, testConfig(t))

@@ -26,21 +26,43 @@ import (
 // before half of the visibility timeout (Config.VisibilityTimeout, or the
 // queue's own, read here once) has passed, so a long handler keeps it.
 //
+// A message from a FIFO queue carries its MessageGroupId as
+// metadata.GroupIDKey, whoever published it, so that its dead letter or a
+// redrive can be published to a FIFO queue in the same group.
+//
 // On a redelivery (ApproximateReceiveCount > 1) a message also carries
 // metadata.FirstFailureKey: SQS's ApproximateFirstReceiveTimestamp, the time of
 // its first receive, i.e. when the first (failed) attempt started, to the
 // millisecond, in RFC 3339 UTC. SQS keeps no failure times of its own, so this
 // is the closest it knows; it is absent on a first delivery. A publisher's
-// value of any of these keys is dropped, and so is a metadata.NackDelayKey that
-// came with the message.
+// value of any of these keys is dropped, and so is a metadata.NackDelayKey (or
+// its metadata.ExplicitNackDelayKey) that came with the message.
 //
-// Ack deletes the message. Nack makes it visible again after the duration in
-// its metadata.NackDelayKey when it has a valid one (rounded up to
-// whole seconds, clamped to 0..12 h), else after Config.NackVisibility. A
-// message that cannot be unmarshaled is logged and left alone: it comes back
-// after the queue's visibility timeout and the redrive policy dead-letters it. Receive errors are logged and retried with
-// back-off. The subscription ends, and the channel closes, when ctx ends or
-// the PubSub is closed; see Close for what happens to messages in flight.
+// Ack deletes the message. A delete SQS fails is tried again a few times
+// within a second or so, while the message is surely still invisible, so that
+// a passing error neither delivers an acked message again nor, on a FIFO
+// queue, holds up its group. A receipt handle SQS no longer takes (the
+// visibility timeout ran out) is not retried: the message will be delivered
+// again, which is logged at info.
+//
+// Nack leaves the visibility as it is, by default: retry timing is the
+// queue's (the SQS specs' Lambda semantics), so the message comes back when
+// its visibility timeout runs out — a visibility timeout after its receive or
+// its last heartbeat — and a database outage shorter than that costs no
+// receive. Config.NackVisibility, when set, is the visibility a nack gives
+// instead. A shorter delay is a route's explicit choice: a message carrying
+// metadata.ExplicitNackDelayKey ("true") is made visible again after its
+// metadata.NackDelayKey (rounded up to whole seconds, clamped to 0..12 h; 0 =
+// at once). The retry middleware sets NackDelayKey from the route's backoff
+// on every broker and marks it explicit only for a route with
+// route.Policy.ExplicitBackoff, so brokers without a timing of their own
+// (Postgres) keep waiting the backoff while SQS routes keep the queue's.
+//
+// A message that cannot be unmarshaled is logged and left alone: it comes
+// back after the queue's visibility timeout and the redrive policy
+// dead-letters it. Receive errors are logged and retried with back-off. The
+// subscription ends, and the channel closes, when ctx ends or the PubSub is
+// closed; see Close for what happens to messages in flight.
 func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	p.mu.Lock()
 	if p.closed {
@@ -120,6 +142,9 @@ type settleRequest struct {
 	messageID     string
 	delete        bool
 	visibility    int32 // seconds, when not delete
+	// visibleAt is, for a delete, the earliest the message may be visible
+	// again (zero: not known); retries of a failed delete stop before it.
+	visibleAt time.Time
 }
 
 func (s *subscription) start() {
@@ -339,16 +364,16 @@ func (s *subscription) deliver(msg *message.Message, id, handle string, cancel c
 	case <-msg.Nacked():
 	case <-s.drained:
 	}
-	s.heartbeat.untrack(handle)
+	visibleAt := s.heartbeat.untrack(handle)
 	switch {
 	case isDone(msg.Acked()):
-		s.settleOne(settleRequest{receiptHandle: handle, messageID: id, delete: true})
+		s.settleOne(settleRequest{receiptHandle: handle, messageID: id, delete: true, visibleAt: visibleAt})
 	case isDone(msg.Nacked()):
-		s.settleOne(settleRequest{
-			receiptHandle: handle,
-			messageID:     id,
-			visibility:    nackVisibility(msg, s.p.cfg.NackVisibility),
-		})
+		// Without a change the message comes back when the visibility timeout
+		// the receive or the last heartbeat set runs out: the queue's timing.
+		if visibility, change := nackVisibility(msg, s.p.cfg.NackVisibility); change {
+			s.settleOne(settleRequest{receiptHandle: handle, messageID: id, visibility: visibility})
+		}
 	default:
 		// Neither acked nor nacked by the end of the drain: released, so that
 		// another consumer gets it now rather than after the visibility
@@ -422,23 +447,6 @@ func (s *subscription) flush(batch []settleRequest) {
 // subscription: acks must still reach SQS while the subscription shuts down.
 func (s *subscription) settleContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), s.p.cfg.RequestTimeout)
-}
-
-func (s *subscription) deleteMessages(rs []settleRequest) {
-	entries := make([]types.DeleteMessageBatchRequestEntry, len(rs))
-	for i, r := range rs {
-		entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(r.receiptHandle)}
-	}
-	ctx, cancel := s.settleContext()
-	defer cancel()
-	out, err := s.p.client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(s.queueURL), Entries: entries})
-	if err != nil {
-		for _, r := range rs {
-			s.p.logger.Error("Cannot delete acked SQS message; it will be delivered again", err, s.fields(watermill.LogFields{"message_id": r.messageID}))
-		}
-		return
-	}
-	s.logBatchFailures("Cannot delete acked SQS message; it will be delivered again", rs, out.Failed)
 }
 
 func (s *subscription) changeVisibility(rs []settleRequest, visibility int32) {
