@@ -359,10 +359,12 @@ type SQS struct {
 	// 20s; 1s..20s in whole seconds (short polling would spin on an empty
 	// queue).
 	WaitTime time.Duration `yaml:"wait_time" env:"WAIT_TIME" doc:"Long-poll time of one receive call (1s..20s, whole seconds)."`
-	// NackVisibility is the visibility timeout a nacked message gets, i.e.
-	// how long until it is redelivered. Default 0s (redeliver at once);
-	// 0s..12h in whole seconds.
-	NackVisibility time.Duration `yaml:"nack_visibility" env:"NACK_VISIBILITY" doc:"Delay before a nacked message is redelivered (0s..12h, whole seconds)."`
+	// NackVisibility, when more than 0s, is the visibility timeout a nacked
+	// message gets (how long until it is redelivered) unless its route
+	// asks for its own backoff. Default 0s: the visibility is left as it
+	// is, so a failed message comes back after the queue's visibility
+	// timeout (the SQS specs' retry timing); 0s..12h in whole seconds.
+	NackVisibility time.Duration `yaml:"nack_visibility" env:"NACK_VISIBILITY" doc:"Delay before a nacked message is redelivered, unless its route sets its own backoff; 0s leaves the queue's visibility timeout (0s..12h, whole seconds)."`
 	// CreateQueues creates missing queues on subscribe and publish. Default
 	// true.
 	CreateQueues bool `yaml:"create_queues" env:"CREATE_QUEUES" doc:"Create missing queues on subscribe and publish."`

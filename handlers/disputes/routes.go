@@ -56,8 +56,9 @@ type Handlers struct {
 // first retry comes after 10 s — the consumer's whole 10 s budget (§3 Lambda
 // timeout) — then 20 s, 40 s, capped at the queue's 60 s visibility timeout:
 // never slower than the spec's own redelivery, and the fifth attempt (then
-// the DLQ) comes about 2 minutes after the first instead of 4. With broker
-// redelivery this is the SQS visibility change / Postgres available_at.
+// the DLQ) comes about 2 minutes after the first instead of 4. It is the
+// Postgres broker's available_at; on SQS the queue's visibility timeout
+// decides (eventpipe's rule: SQS retry timing is the queue's).
 func DefaultBackoff() route.Backoff {
 	return route.Backoff{Initial: 10 * time.Second, Multiplier: 2, Max: 60 * time.Second, Jitter: 0.2}
 }
