@@ -53,9 +53,10 @@ func (h Handlers) staleClaim() time.Duration {
 
 // DefaultCompletedBackoff is interview-completed's default wait between attempts.
 // Settlement fails transiently only when the database does (a failover, a
-// restart: seconds); 5 s then 10 s, well inside the queue's 180 s visibility,
-// retries after a blip without hammering a database that is down, and the
-// third failure dead-letters within about 15 s of the first.
+// restart: seconds). On SQS the queue's 180 s visibility timeout paces the
+// redeliveries (the spec's timing: a 15 s database outage never
+// dead-letters an interview); on the other brokers 5 s then 10 s retries
+// after a blip without hammering a database that is down.
 func DefaultCompletedBackoff() route.Backoff {
 	return route.Backoff{Initial: 5 * time.Second, Multiplier: 2, Max: 30 * time.Second, Jitter: 0.2}
 }
@@ -63,7 +64,8 @@ func DefaultCompletedBackoff() route.Backoff {
 // DefaultReportBackoff is report-generate's default wait between attempts. The
 // model is the usual failure: rate limits and overload last tens of seconds
 // to minutes, so 30 s then 60 s (a Retry-After the server sends wins when
-// longer), far below the queue's 1800 s visibility.
+// longer) on brokers without a visibility timeout; on SQS the queue's 1800 s
+// visibility decides.
 func DefaultReportBackoff() route.Backoff {
 	return route.Backoff{Initial: 30 * time.Second, Multiplier: 2, Max: 5 * time.Minute, Jitter: 0.2}
 }
