@@ -22,15 +22,14 @@ type Config struct {
 	ApplicationName string
 
 	// MaxConns bounds the consuming pool (it overrides the DSN's
-	// pool_max_conns). A subscription holds one connection for as long as it
-	// works through a batch, so subscriptions beyond MaxConns wait for one
-	// another. Default 16.
+	// pool_max_conns). A subscription takes a connection only for its short
+	// statements (claim, settle, renew), never while a handler runs, so
+	// subscriptions beyond MaxConns only queue for those. Default 16.
 	MaxConns int
 
 	// MaxPublishConns bounds the publishing pool. It is separate from the
-	// consuming pool because a handler that publishes while every consuming
-	// connection is held by a batch in progress (its own included) would wait
-	// for a connection that only its own ack can free. Default 4.
+	// consuming pool so that publishes (a handler's, the outbox relay's) and
+	// QueueStats never queue behind claims and settlements. Default 4.
 	MaxPublishConns int
 
 	// ConnectTimeout bounds one connection attempt when the DSN sets no
@@ -48,14 +47,17 @@ type Config struct {
 	RetryInterval time.Duration
 
 	// BatchSize is how many rows a subscription claims at once. Larger batches
-	// cost fewer transactions, but the rows of a claimed batch wait for this
-	// subscriber even when others are idle. Default 10, at most 1000.
+	// cost fewer statements, but the rows of a claimed batch wait for this
+	// subscriber even when others are idle, and a subscriber that dies uses
+	// an attempt of every row of its batch. Default 10, at most 1000.
 	BatchSize int
 
-	// AckDeadline is how long a delivered message may stay unacknowledged.
-	// After that the subscription gives the rest of its batch back (the
-	// message is delivered again) and moves on. Set it above the slowest
-	// handler, as a visibility timeout. Default 30 s.
+	// AckDeadline is the lease of a claim, a visibility timeout: a delivered
+	// message has that long (less at most a tenth of it, up to 1 s, when it
+	// was not the first of its batch) to be acked or nacked. Then its context
+	// is cancelled and the message is delivered again; a subscriber that dies
+	// holding messages leaves them claimed that long. Set it above the
+	// slowest handler. Default 30 s.
 	AckDeadline time.Duration
 
 	// RedeliveryDelay is how long a nacked message stays invisible before any
@@ -92,8 +94,8 @@ const (
 	DefaultSchema          = "eventpipe"
 	DefaultTablePrefix     = "queue_"
 
-	// MaxBatchSize caps BatchSize: every claimed row stays locked until the
-	// whole batch is handled.
+	// MaxBatchSize caps BatchSize: every claimed row stays claimed until the
+	// batch reaches it.
 	MaxBatchSize = 1000
 )
 

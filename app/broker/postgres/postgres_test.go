@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,7 +27,7 @@ import (
 )
 
 // watermillFeatures are what this broker can promise to Watermill's suite.
-// Delivery is at least once (a lost connection or an expired ack deadline
+// Delivery is at least once (a crashed subscriber or an expired ack deadline
 // redelivers), so ExactlyOnceDelivery is off, which also runs the suite's
 // no-loss-on-close cases. Order holds for one subscriber; competing
 // subscribers interleave.
@@ -240,14 +241,18 @@ func testStopMidBatch(t *testing.T, cancelInsteadOfClose bool) {
 	second := newPubSub(t, cfg)
 	rest, err := second.Subscribe(context.Background(), topic)
 	require.NoError(t, err)
-	var got []string
+	var got, attempts []string
 	for range 17 {
 		m := brokertest.Next(t, rest, 10*time.Second)
 		got = append(got, m.UUID)
+		attempts = append(attempts, m.Metadata.Get(metadata.AttemptKey))
 		m.Ack()
 	}
 	assert.Equal(t, want[:3], acked)
 	assert.Equal(t, want[3:], got, "every row not acked before Close comes back, in order")
+	// The delivered message's attempt counts; the rows claimed with it and
+	// never delivered had no attempt.
+	assert.Equal(t, append([]string{"1"}, slices.Repeat([]string{"0"}, 16)...), attempts)
 	select {
 	case m := <-rest:
 		t.Fatalf("unexpected extra delivery of %s", m.UUID)
@@ -276,6 +281,7 @@ func TestAckDeadlineRedelivers(t *testing.T) {
 	again := brokertest.Next(t, msgs, 10*time.Second)
 	again.Ack()
 	assert.Equal(t, sent.UUID, again.UUID)
+	assert.Equal(t, "1", again.Metadata.Get(metadata.AttemptKey), "the expired delivery counts")
 }
 
 func TestPublishedBatchKeepsOrderAndMetadata(t *testing.T) {
