@@ -185,3 +185,36 @@ func TestMalformedMetadataIsDelivered(t *testing.T) {
 	}
 	assert.Contains(t, got, last.UUID)
 }
+
+// A subscription whose consumer stops taking messages (without cancelling
+// it) gives its claimed rows back, uncounted, instead of holding them: other
+// subscribers get them.
+func TestStalledConsumerGivesBatchBack(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.AckDeadline = 2 * time.Second
+	topic := brokertest.Topic(t)
+	pub := newPubSub(t, cfg)
+	var sent []string
+	for range 3 {
+		m := message.NewMessage(watermill.NewUUID(), []byte("work"))
+		sent = append(sent, m.UUID)
+		require.NoError(t, pub.Publish(topic, m))
+	}
+
+	stalled, err := newPubSub(t, cfg).Subscribe(context.Background(), topic)
+	require.NoError(t, err)
+	first := brokertest.Next(t, stalled, 10*time.Second)
+	require.Equal(t, sent[0], first.UUID)
+	require.True(t, first.Ack())
+	// stalled is not read again.
+
+	other, err := newPubSub(t, cfg).Subscribe(context.Background(), topic)
+	require.NoError(t, err)
+	for _, want := range sent[1:] {
+		m := brokertest.Next(t, other, 10*time.Second)
+		require.True(t, m.Ack())
+		assert.Equal(t, want, m.UUID)
+		assert.Equal(t, "0", m.Metadata.Get(metadata.AttemptKey), "never delivered before")
+	}
+}

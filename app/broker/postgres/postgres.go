@@ -68,7 +68,11 @@
 // so a delivered message has between the deadline less the slack and the
 // deadline to be acked, and no other subscriber can claim it meanwhile. A
 // batch of fast handlers never renews; slow ones renew at most once per
-// message. While a handler runs longer than the slack, the batch's
+// message. A consumer that does not take a message within the slack (it
+// stopped reading without cancelling) gets nothing renewed: the rest of the
+// batch is given back, uncounted, to whoever claims first, and the
+// subscription claims again a poll interval later. While a handler runs
+// longer than the slack, the batch's
 // settlements before it are applied, so that none outlives its lease. Every
 // settlement and renewal names its claim by the count the claim set: a
 // subscriber whose lease has ended and whose row another one has claimed

@@ -113,7 +113,9 @@ func (sub *subscription) run(ctx context.Context) {
 			sleep(ctx, sub.pollInterval)
 			continue
 		}
-		sub.work(ctx, rows, leaseEnd)
+		if stalled := sub.work(ctx, rows, leaseEnd); stalled {
+			sleep(ctx, sub.pollInterval)
+		}
 	}
 }
 
@@ -165,8 +167,13 @@ func (sub *subscription) leaseSlack() time.Duration {
 // work hands the claimed rows out one at a time and settles them: at the end
 // of the batch, when the lease must be renewed, while a slow handler runs
 // (so that what was settled before it does not outlive its lease), and when
-// the subscription stops (its undelivered rows are given back).
-func (sub *subscription) work(ctx context.Context, rows []claimedRow, leaseEnd time.Time) {
+// the subscription stops. The rows it has not delivered then are given back,
+// uncounted, and so are they when the consumer does not take a message
+// within the lease slack: stalled, a consumer that no longer reads its
+// channel (without cancelling the subscription) leaves its rows to others
+// instead of renewing their lease for as long as it stalls, and the
+// subscription claims again a poll interval later.
+func (sub *subscription) work(ctx context.Context, rows []claimedRow, leaseEnd time.Time) (stalled bool) {
 	var settled []settlement
 	flush := func() {
 		if _, _, err := sub.settle(settled); err != nil {
@@ -178,14 +185,15 @@ func (sub *subscription) work(ctx context.Context, rows []claimedRow, leaseEnd t
 		if time.Until(leaseEnd) < sub.deadline-sub.leaseSlack() {
 			var ok bool
 			if rows, leaseEnd, ok = sub.renew(settled, rows); !ok {
-				return
+				return false
 			}
 			settled = nil
 			continue
 		}
 		st, taken := sub.deliver(ctx, rows[0], leaseEnd, flush)
-		if !taken && ctx.Err() == nil {
-			continue // renewed above, then offered again
+		if !taken {
+			stalled = ctx.Err() == nil
+			break
 		}
 		rows = rows[1:]
 		if st.action != "" {
@@ -196,6 +204,7 @@ func (sub *subscription) work(ctx context.Context, rows []claimedRow, leaseEnd t
 		settled = append(settled, settlement{row: r, action: giveBack})
 	}
 	flush()
+	return stalled
 }
 
 // renew settles what is settled and extends the lease of rows, all in one
@@ -226,7 +235,7 @@ func (sub *subscription) renew(settled []settlement, rows []claimedRow) ([]claim
 
 // deliver hands r's message to the consumer and waits for its ack or nack, at
 // most until leaseEnd. taken is false when the consumer did not take the
-// message before the lease needed renewing, or the subscription stopped.
+// message within the lease slack, or the subscription stopped.
 // While a handler runs longer than the lease slack, flush settles what the
 // batch settled before it.
 func (sub *subscription) deliver(ctx context.Context, r claimedRow, leaseEnd time.Time, flush func()) (_ settlement, taken bool) {
@@ -235,11 +244,12 @@ func (sub *subscription) deliver(ctx context.Context, r claimedRow, leaseEnd tim
 	msgCtx, cancel := context.WithDeadline(ctx, leaseEnd)
 	defer cancel() // the message's context ends with its settlement
 	r.msg.SetContext(msgCtx)
-	renewBy := time.NewTimer(time.Until(leaseEnd.Add(-(sub.deadline - sub.leaseSlack()))))
-	defer renewBy.Stop()
+	// Taken later, the message would have less than its time.
+	stale := time.NewTimer(time.Until(leaseEnd.Add(-(sub.deadline - sub.leaseSlack()))))
+	defer stale.Stop()
 	select {
 	case sub.out <- r.msg:
-	case <-renewBy.C:
+	case <-stale.C:
 		return settlement{}, false
 	case <-ctx.Done():
 		return settlement{}, false
