@@ -6,11 +6,13 @@
 //
 // A topic is a queue. Subscribers of one topic, in this process or any other,
 // compete for its rows. A subscription claims the oldest available rows, at
-// most its batch size, in one short statement that commits before any of
-// them is handed out: it adds one to each row's attempts and leases the row
-// for the ack deadline (available_at and claimed_until move to the end of the
-// lease), so that no other subscriber can claim it until then (FOR UPDATE
-// SKIP LOCKED keeps two claims running at once apart). It then hands the
+// most the queue's batch size (Config.QueueBatchSizes, else BatchSize), in
+// one short statement that commits before any of them is handed out: it adds
+// one to each row's attempts and leases the row for the queue's ack deadline
+// (Config.QueueAckDeadlines, else AckDeadline; the topology's visibility
+// timeout), moving available_at and claimed_until to the end of the lease,
+// so that no other subscriber can claim it until then (FOR UPDATE SKIP
+// LOCKED keeps two claims running at once apart). It then hands the
 // messages out one at a time. An ack deletes the row; a nack ends the claim
 // and makes the row available again, to any subscriber, after the delay in
 // the message's metadata.NackDelayKey metadata when it has a valid one (the

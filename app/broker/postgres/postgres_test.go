@@ -497,18 +497,20 @@ func TestMissingDatabaseFailsAtOnce(t *testing.T) {
 func TestValidateReportsEveryProblem(t *testing.T) {
 	t.Parallel()
 	cfg := postgres.Config{
-		DSN:             "",
-		ApplicationName: strings.Repeat("a", 64),
-		MaxConns:        -1,
-		MaxPublishConns: -2,
-		ConnectTimeout:  -time.Second,
-		PollInterval:    -time.Second,
-		RetryInterval:   -time.Second,
-		BatchSize:       postgres.MaxBatchSize + 1,
-		AckDeadline:     -time.Second,
-		RedeliveryDelay: -time.Second,
-		Schema:          strings.Repeat("s", 64),
-		TablePrefix:     strings.Repeat("p", 63),
+		DSN:               "",
+		ApplicationName:   strings.Repeat("a", 64),
+		MaxConns:          -1,
+		MaxPublishConns:   -2,
+		ConnectTimeout:    -time.Second,
+		PollInterval:      -time.Second,
+		RetryInterval:     -time.Second,
+		BatchSize:         postgres.MaxBatchSize + 1,
+		AckDeadline:       -time.Second,
+		RedeliveryDelay:   -time.Second,
+		Schema:            strings.Repeat("s", 64),
+		TablePrefix:       strings.Repeat("p", 63),
+		QueueBatchSizes:   map[string]int{"q1": 0, "q2": postgres.MaxBatchSize + 1, "ok": 7},
+		QueueAckDeadlines: map[string]time.Duration{"q3": 0, "ok": time.Minute},
 	}
 	_, err := postgres.New(context.Background(), cfg, nil)
 	require.Error(t, err)
@@ -516,12 +518,13 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		"DSN is required", "application name", "max conns", "max publish conns",
 		"connect timeout", "poll interval", "retry interval", "batch size",
 		"ack deadline", "redelivery delay", "schema", "table prefix",
+		"batch size 0 of queue q1", "batch size 1001 of queue q2", "ack deadline 0s of queue q3",
 	} {
 		assert.Contains(t, err.Error(), want)
 	}
 	var joined interface{ Unwrap() []error }
 	require.True(t, errors.As(err, &joined))
-	assert.Len(t, joined.Unwrap(), 12)
+	assert.Len(t, joined.Unwrap(), 15)
 
 	bad := postgres.Config{DSN: "postgres://%zz"}
 	assert.ErrorContains(t, bad.Validate(), "DSN")
