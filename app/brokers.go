@@ -110,7 +110,13 @@ func newAdapter(ctx context.Context, cfg config.Config, instance string, logger 
 			CreateQueues:    cfg.SQS.CreateQueues,
 		}, logger)
 	case config.KindPostgres:
+		top, err := SpecTopology(cfg)
+		if err != nil {
+			return nil, backoff.Permanent(err)
+		}
 		return postgres.New(ctx, postgres.Config{
+			QueueBatchSizes:      batchSizes(top),
+			QueueAckDeadlines:    visibilityTimeouts(top),
 			DSN:                  cfg.Postgres.DSN,
 			MaxConns:             cfg.Postgres.MaxConns,
 			PollInterval:         cfg.Postgres.PollInterval,
@@ -141,6 +147,18 @@ func batchSizes(top topology.Topology) map[string]int {
 		}
 	}
 	return sizes
+}
+
+// visibilityTimeouts are the visibility timeouts the topology's queues
+// declare: the Postgres broker's ack deadline (its claim's lease) per queue.
+func visibilityTimeouts(top topology.Topology) map[string]time.Duration {
+	timeouts := map[string]time.Duration{}
+	for _, q := range top.AllQueues() {
+		if q.VisibilityTimeout > 0 {
+			timeouts[q.Name] = q.VisibilityTimeout
+		}
+	}
+	return timeouts
 }
 
 // instanceName names this instance's own queues (fan-out topics):

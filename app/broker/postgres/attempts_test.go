@@ -60,7 +60,9 @@ func TestAttemptCounts(t *testing.T) {
 		case "0", "1":
 			m.Nack()
 		default:
-			// The row is still claimed; its failure columns are readable.
+			// The row is claimed by this third delivery, which its
+			// attempts column already counts; its failure columns are
+			// those of the two nacks.
 			var (
 				attempts    int
 				first, last *time.Time
@@ -68,7 +70,7 @@ func TestAttemptCounts(t *testing.T) {
 			require.NoError(t, conn.QueryRow(ctx,
 				`SELECT attempts, first_failed_at, last_failed_at FROM `+table+` WHERE uuid = $1`,
 				retried.UUID).Scan(&attempts, &first, &last))
-			assert.Equal(t, 2, attempts)
+			assert.Equal(t, 3, attempts)
 			if assert.NotNil(t, first) && assert.NotNil(t, last) {
 				assert.True(t, last.After(*first), "last failure %s after first %s", last, first)
 			}
@@ -95,38 +97,63 @@ func TestAttemptCounts(t *testing.T) {
 	assert.Equal(t, "0", m.Metadata.Get(metadata.AttemptKey), "a republished message starts at attempt 0")
 }
 
-// A queue table made before the attempt columns existed (an earlier release)
-// gets them on initialization, keeps its rows, and delivers them with
-// metadata.AttemptKey.
-func TestOldTableGetsAttemptColumns(t *testing.T) {
+// Queue tables of earlier releases, one without the attempt columns and one
+// without the claim's lease, get the missing columns on initialization, keep
+// their rows, and work: a row is delivered with metadata.AttemptKey, its
+// claim counts, and a nack brings it back.
+func TestOldTablesGetNewColumns(t *testing.T) {
 	t.Parallel()
-	cfg := testConfig(t)
-	topic := brokertest.Topic(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, cfg.DSN)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	table := pgx.Identifier{cfg.Schema, postgres.DefaultTablePrefix + topic}.Sanitize()
-	_, err = conn.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{cfg.Schema}.Sanitize())
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `CREATE TABLE `+table+` (
-		"offset"     BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-		uuid         TEXT NOT NULL,
-		payload      BYTEA NOT NULL,
-		metadata     JSON NOT NULL,
-		created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
-		available_at TIMESTAMPTZ NOT NULL DEFAULT now())`)
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `INSERT INTO `+table+` (uuid, payload, metadata) VALUES ('old-1', 'from before', '{}')`)
-	require.NoError(t, err)
+	for name, extra := range map[string]string{
+		"without attempts": ``,
+		"without lease": `,
+			attempts     INTEGER NOT NULL DEFAULT 0,
+			first_failed_at TIMESTAMPTZ,
+			last_failed_at  TIMESTAMPTZ`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			cfg := testConfig(t)
+			cfg.RedeliveryDelay = 50 * time.Millisecond
+			topic := brokertest.Topic(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			conn, err := pgx.Connect(ctx, cfg.DSN)
+			require.NoError(t, err)
+			defer conn.Close(ctx)
+			table := pgx.Identifier{cfg.Schema, postgres.DefaultTablePrefix + topic}.Sanitize()
+			_, err = conn.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{cfg.Schema}.Sanitize())
+			require.NoError(t, err)
+			_, err = conn.Exec(ctx, `CREATE TABLE `+table+` (
+				"offset"     BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+				uuid         TEXT NOT NULL,
+				payload      BYTEA NOT NULL,
+				metadata     JSON NOT NULL,
+				created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
+				available_at TIMESTAMPTZ NOT NULL DEFAULT now()`+extra+`)`)
+			require.NoError(t, err)
+			_, err = conn.Exec(ctx, `INSERT INTO `+table+` (uuid, payload, metadata) VALUES ('old-1', 'from before', '{}')`)
+			require.NoError(t, err)
 
-	ps := newPubSub(t, cfg)
-	require.NoError(t, ps.SubscribeInitialize(topic))
-	msgs, err := ps.Subscribe(ctx, topic)
-	require.NoError(t, err)
-	m := brokertest.Next(t, msgs, 10*time.Second)
-	assert.Equal(t, "old-1", m.UUID)
-	assert.Equal(t, "0", m.Metadata.Get(metadata.AttemptKey))
-	m.Ack()
+			ps := newPubSub(t, cfg)
+			require.NoError(t, ps.SubscribeInitialize(topic))
+			var columns []string
+			rows, err := conn.Query(ctx, `SELECT attname FROM pg_attribute
+				WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, table)
+			require.NoError(t, err)
+			columns, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			require.NoError(t, err)
+			assert.Subset(t, columns, []string{"attempts", "first_failed_at", "last_failed_at", "claimed_until"})
+
+			msgs, err := ps.Subscribe(ctx, topic)
+			require.NoError(t, err)
+			m := brokertest.Next(t, msgs, 10*time.Second)
+			assert.Equal(t, "old-1", m.UUID)
+			assert.Equal(t, "0", m.Metadata.Get(metadata.AttemptKey))
+			require.True(t, m.Nack())
+			m = brokertest.Next(t, msgs, 10*time.Second)
+			assert.Equal(t, "old-1", m.UUID)
+			assert.Equal(t, "1", m.Metadata.Get(metadata.AttemptKey))
+			require.True(t, m.Ack())
+		})
+	}
 }

@@ -22,15 +22,14 @@ type Config struct {
 	ApplicationName string
 
 	// MaxConns bounds the consuming pool (it overrides the DSN's
-	// pool_max_conns). A subscription holds one connection for as long as it
-	// works through a batch, so subscriptions beyond MaxConns wait for one
-	// another. Default 16.
+	// pool_max_conns). A subscription takes a connection only for its short
+	// statements (claim, settle, renew), never while a handler runs, so
+	// subscriptions beyond MaxConns only queue for those. Default 16.
 	MaxConns int
 
 	// MaxPublishConns bounds the publishing pool. It is separate from the
-	// consuming pool because a handler that publishes while every consuming
-	// connection is held by a batch in progress (its own included) would wait
-	// for a connection that only its own ack can free. Default 4.
+	// consuming pool so that publishes (a handler's, the outbox relay's) and
+	// QueueStats never queue behind claims and settlements. Default 4.
 	MaxPublishConns int
 
 	// ConnectTimeout bounds one connection attempt when the DSN sets no
@@ -48,15 +47,27 @@ type Config struct {
 	RetryInterval time.Duration
 
 	// BatchSize is how many rows a subscription claims at once. Larger batches
-	// cost fewer transactions, but the rows of a claimed batch wait for this
-	// subscriber even when others are idle. Default 10, at most 1000.
+	// cost fewer statements, but the rows of a claimed batch wait for this
+	// subscriber even when others are idle, and a subscriber that dies uses
+	// an attempt of every row of its batch. Default 10, at most 1000.
 	BatchSize int
 
-	// AckDeadline is how long a delivered message may stay unacknowledged.
-	// After that the subscription gives the rest of its batch back (the
-	// message is delivered again) and moves on. Set it above the slowest
-	// handler, as a visibility timeout. Default 30 s.
+	// QueueBatchSizes overrides BatchSize for some queues (topic →
+	// 1..MaxBatchSize): a spec's batch size per queue (the interviews spec
+	// receives 10 on one queue and 1 on the other).
+	QueueBatchSizes map[string]int
+
+	// AckDeadline is the lease of a claim, a visibility timeout: a delivered
+	// message has that long, less a slack of a tenth of it up to 1 s at most,
+	// to be acked or nacked. Then its context is cancelled and the message is
+	// delivered again; a subscriber that dies holding messages leaves them
+	// claimed that long. Set it above the slowest handler. Default 30 s.
 	AckDeadline time.Duration
+
+	// QueueAckDeadlines overrides AckDeadline for some queues (topic → a
+	// positive duration): a spec's visibility timeout per queue (the
+	// interviews spec gives one queue 180 s and the other 1800 s).
+	QueueAckDeadlines map[string]time.Duration
 
 	// RedeliveryDelay is how long a nacked message stays invisible before any
 	// subscriber may claim it again, unless the message asks for its own delay
@@ -92,8 +103,8 @@ const (
 	DefaultSchema          = "eventpipe"
 	DefaultTablePrefix     = "queue_"
 
-	// MaxBatchSize caps BatchSize: every claimed row stays locked until the
-	// whole batch is handled.
+	// MaxBatchSize caps BatchSize: every claimed row stays claimed until the
+	// batch reaches it.
 	MaxBatchSize = 1000
 )
 
@@ -163,8 +174,18 @@ func (c Config) Validate() error {
 	if c.BatchSize < 0 || c.BatchSize > MaxBatchSize {
 		add("batch size must be between 0 (default) and %d, got %d", MaxBatchSize, c.BatchSize)
 	}
+	for q, n := range c.QueueBatchSizes {
+		if n < 1 || n > MaxBatchSize {
+			add("batch size %d of queue %s: want 1..%d", n, q, MaxBatchSize)
+		}
+	}
 	if c.AckDeadline < 0 {
 		add("ack deadline must not be negative, got %s", c.AckDeadline)
+	}
+	for q, d := range c.QueueAckDeadlines {
+		if d <= 0 {
+			add("ack deadline %s of queue %s: must be positive", d, q)
+		}
 	}
 	if c.RedeliveryDelay < 0 {
 		add("redelivery delay must not be negative, got %s", c.RedeliveryDelay)
@@ -176,4 +197,20 @@ func (c Config) Validate() error {
 		add("table prefix %q leaves no room for a topic in %d bytes", c.TablePrefix, maxIdentifierBytes)
 	}
 	return errors.Join(errs...)
+}
+
+// batchSizeOf is how many rows a subscription of topic claims at once.
+func (c Config) batchSizeOf(topic string) int {
+	if n, ok := c.QueueBatchSizes[topic]; ok {
+		return n
+	}
+	return c.BatchSize
+}
+
+// ackDeadlineOf is the lease of topic's claims.
+func (c Config) ackDeadlineOf(topic string) time.Duration {
+	if d, ok := c.QueueAckDeadlines[topic]; ok {
+		return d
+	}
+	return c.AckDeadline
 }

@@ -118,7 +118,7 @@ func TestFirstFailureTime(t *testing.T) {
 
 // A message delivered and neither acked nor nacked when its PubSub closes
 // goes back to the queue at once: a new subscriber gets it long before the
-// ack deadline, with its attempt number unchanged.
+// ack deadline. The delivery Close ended counts, as any other does.
 func TestCloseReleasesClaimed(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t)
@@ -141,7 +141,7 @@ func TestCloseReleasesClaimed(t *testing.T) {
 	m := brokertest.Next(t, again, 20*time.Second) // the ack deadline is 2 min
 	m.Ack()
 	assert.Equal(t, sent.UUID, m.UUID)
-	assert.Equal(t, "0", m.Metadata.Get(metadata.AttemptKey), "a release is not a failed attempt")
+	assert.Equal(t, "1", m.Metadata.Get(metadata.AttemptKey), "the delivery Close ended counts")
 }
 
 // Rows whose metadata is not a JSON object of strings (written by something
@@ -184,4 +184,37 @@ func TestMalformedMetadataIsDelivered(t *testing.T) {
 		assert.Equal(t, message.Metadata{metadata.AttemptKey: "0"}, got[uuid], uuid)
 	}
 	assert.Contains(t, got, last.UUID)
+}
+
+// A subscription whose consumer stops taking messages (without cancelling
+// it) gives its claimed rows back, uncounted, instead of holding them: other
+// subscribers get them.
+func TestStalledConsumerGivesBatchBack(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.AckDeadline = 2 * time.Second
+	topic := brokertest.Topic(t)
+	pub := newPubSub(t, cfg)
+	var sent []string
+	for range 3 {
+		m := message.NewMessage(watermill.NewUUID(), []byte("work"))
+		sent = append(sent, m.UUID)
+		require.NoError(t, pub.Publish(topic, m))
+	}
+
+	stalled, err := newPubSub(t, cfg).Subscribe(context.Background(), topic)
+	require.NoError(t, err)
+	first := brokertest.Next(t, stalled, 10*time.Second)
+	require.Equal(t, sent[0], first.UUID)
+	require.True(t, first.Ack())
+	// stalled is not read again.
+
+	other, err := newPubSub(t, cfg).Subscribe(context.Background(), topic)
+	require.NoError(t, err)
+	for _, want := range sent[1:] {
+		m := brokertest.Next(t, other, 10*time.Second)
+		require.True(t, m.Ack())
+		assert.Equal(t, want, m.UUID)
+		assert.Equal(t, "0", m.Metadata.Get(metadata.AttemptKey), "never delivered before")
+	}
 }

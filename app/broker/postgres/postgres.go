@@ -1,32 +1,86 @@
 // Package postgres is the PostgreSQL broker: one table per topic, used as a
-// work queue, on watermill-sql's Publisher and Subscriber over pgx pools.
+// work queue, with watermill-sql's Publisher and a subscriber of its own, over
+// pgx pools.
 //
 // # Queue semantics
 //
 // A topic is a queue. Subscribers of one topic, in this process or any other,
-// compete for its rows: each claims the oldest batch that nobody else holds
-// (SELECT … FOR UPDATE SKIP LOCKED) and keeps it locked in an open transaction
-// while the messages are handled one by one. An ack deletes the row when the
-// batch commits; a nack makes it available again, to any subscriber, after
-// the delay in the message's metadata.NackDelayKey metadata when it has a valid
-// one (the retry middleware's back-off), else after RedeliveryDelay; a crash,
-// a lost connection, an expired AckDeadline or Close rolls the transaction
-// back, so the row comes back at once (its available_at was never moved: a
-// claim is only a row lock). Delivery is at least once.
-// Order is publish order for a single subscriber that never nacks; competing
-// subscribers interleave.
+// compete for its rows. A subscription claims the oldest available rows, at
+// most the queue's batch size (Config.QueueBatchSizes, else BatchSize), in
+// one short statement that commits before any of them is handed out: it adds
+// one to each row's attempts and leases the row for the queue's ack deadline
+// (Config.QueueAckDeadlines, else AckDeadline; the topology's visibility
+// timeout), moving available_at and claimed_until to the end of the lease,
+// so that no other subscriber can claim it until then (FOR UPDATE SKIP
+// LOCKED keeps two claims running at once apart). It then hands the
+// messages out one at a time. An ack deletes the row; a nack ends the claim
+// and makes the row available again, to any subscriber, after the delay in
+// the message's metadata.NackDelayKey metadata when it has a valid one (the
+// retry middleware's back-off), else after RedeliveryDelay. A batch's acks
+// and nacks are applied together in one statement when the batch is done, or
+// earlier (see Leases). Delivery is at least once. Order is publish order for
+// a single subscriber that never nacks; competing subscribers interleave.
+//
+// A delivery that ends in neither an ack nor a nack still counts:
+//
+//   - The subscriber dies (kill -9, a crash, a lost host or network): its
+//     claim stays, and its rows come back when the lease ends, one ack
+//     deadline after the claim or its latest renewal. That is the trade-off
+//     of counting at the claim: a claim that is only a row lock in an open
+//     transaction (as in watermill-sql, and in this package before) is
+//     released the moment PostgreSQL sees the connection die, but its count
+//     is rolled back with it, so a message that kills its consumer every time
+//     never reaches its attempt limit. The rows of the batch that were not
+//     delivered yet wait for the lease too, and each has used an attempt, as
+//     SQS counts every message of a received batch: with a batch of 10, a
+//     crash costs up to 10 rows an attempt.
+//   - The handler passes its ack deadline: its context is cancelled, and the
+//     row can be claimed again at once (its lease ends at that moment); the
+//     subscription goes on with its batch.
+//   - Close, or the end of the subscription's context: acks and nacks
+//     already given are applied, the message being handled goes back at once
+//     with its attempt counted, and the rows of the batch not yet delivered go
+//     back at once with their attempt taken back, since nobody tried them.
+//   - A lost database connection ends no delivery: no connection is held
+//     while a handler runs. A settlement that fails is retried for up to 15 s;
+//     after that its rows are left to their lease (acked ones then come back).
+//
+// # Attempts
 //
 // Every delivered message carries metadata.AttemptKey, the number of its
-// earlier deliveries that ended in a nack, from the row's attempts column; a
-// publisher's value is dropped on publish and never delivered. A delivery
-// rolled back instead (crash, lost connection, ack deadline, Close) is not
-// counted, since the count is kept in the claim's transaction. A message
-// that was nacked before also carries metadata.FirstFailureKey, the time of its
-// first nack (the first_failed_at column, RFC 3339 with nanoseconds, UTC —
-// PostgreSQL keeps microseconds); it is absent until the first nack, and a
-// publisher's value is never delivered (nor a stored metadata.NackDelayKey). A row's metadata that is not a JSON
-// object of strings (written by something else) is delivered as well as it
-// can be read and logged, never left to block the queue.
+// earlier deliveries, from 0: the row's attempts before its claim. It is one
+// number, whatever ended each earlier delivery (a nack, the ack deadline, a
+// crash, Close), so the max-attempts rule holds for messages that kill their
+// consumer. A publisher's value is dropped on publish and never delivered. A
+// message that was nacked before also carries metadata.FirstFailureKey, the
+// time of its first nack (the first_failed_at column, RFC 3339 with
+// nanoseconds, UTC — PostgreSQL keeps microseconds); it is absent until the
+// first nack — a crash or an expired deadline stamps no failure time — and a
+// publisher's value is never delivered (nor a stored metadata.NackDelayKey). A
+// row's metadata that is not a JSON object of strings (written by something
+// else) is delivered as well as it can be read and logged, never left to
+// block the queue.
+//
+// # Leases
+//
+// A message is handed out only while its claim has its ack deadline left,
+// less a slack of a tenth of it, at most 1 s; otherwise the subscription first
+// renews the lease of the rows it still holds, applying the settlements so
+// far in the same statement. The handler's context ends when the lease does,
+// so a delivered message has between the deadline less the slack and the
+// deadline to be acked, and no other subscriber can claim it meanwhile. A
+// batch of fast handlers never renews; slow ones renew at most once per
+// message. A consumer that does not take a message within the slack (it
+// stopped reading without cancelling) gets nothing renewed: the rest of the
+// batch is given back, uncounted, to whoever claims first, and the
+// subscription claims again a poll interval later. While a handler runs
+// longer than the slack, the batch's
+// settlements before it are applied, so that none outlives its lease. Every
+// settlement and renewal names its claim by the count the claim set: a
+// subscriber whose lease has ended and whose row another one has claimed
+// since changes nothing.
+//
+// # Measurements
 //
 // watermill-sql's own adapters were measured and not used as they are.
 // BenchmarkConsume: 1,000 queued messages, subscribers in separate pools (as
@@ -38,40 +92,54 @@
 //	                                  1 sub        4 subs         1 sub    4 subs
 //	DefaultPostgreSQLSchema (group)   10,300        7,300 (1)     390        380 (1-2)
 //	PostgreSQLQueueSchema              9,800        9,300 (1)     390        390 (1)
-//	this adapter, SKIP LOCKED    5,700-9,000 8,300-11,700 (4)  370-395 1,400-1,490 (4)
+//	row lock, SKIP LOCKED (before) 5,700-9,000 8,300-11,700 (4)  370-395 1,400-1,490 (4)
 //
 // The default schema locks the consumer group's offset row for the whole
 // batch; the stock queue schema selects FOR UPDATE without SKIP LOCKED under
 // REPEATABLE READ, so a second subscriber waits for the first one's batch and
 // then fails with a serialization error (which watermill-sql, not checking
 // pgx's Rows.Err, takes for an empty queue: it sleeps a poll interval). Either
-// way one subscriber works at a time and extra subscribers add nothing. With
-// a no-op handler a single subscriber here can be slower than the stock queue
-// (the SQL per batch is the same, ~0.7 ms; the relay adds two goroutine
-// hand-offs per message); any real handler hides that.
+// way one subscriber works at a time and extra subscribers add nothing. The
+// stock queue adapter also re-sends a nacked message in-process, holding its
+// lock, until the ack deadline and then claims it again, so the message never
+// leaves that subscriber; on Close or an expired ack deadline it deletes the
+// rows of its batch that it never delivered; and with watermill-sql's pgx
+// adapter a cancelled subscription rolls back the acks of its current batch.
+// This package's first version kept watermill-sql's subscriber loop with its
+// own schema, offsets and transaction adapters (the "row lock" row); the
+// claim with a lease replaced it, because a count kept in the claim's
+// transaction is rolled back by the crash it should count.
 //
-// The stock queue adapter also re-sends a nacked message in-process, holding
-// its lock, until the ack deadline and then claims it again, so the message
-// never leaves that subscriber; and on Close or an expired ack deadline it
-// deletes the rows of its batch that it never delivered. With watermill-sql's
-// pgx adapter a cancelled subscription rolls back the acks of its current
-// batch. This package keeps watermill-sql's Publisher and subscriber loop and
-// replaces what is around them: the schema and offsets adapters (schema.go),
-// the transaction adapter (settle.go) and a relay that turns a nack into a
-// release of the row.
+// The claim with a lease against the row lock, measured side by side (same
+// machine, same hour, load 4-6), msg/s:
 //
-// Batch size trades throughput for spread. With a no-op handler one
-// subscriber does ~770 msg/s at batch 1 (a commit per message), 5,700-9,000 at
-// 10 and ~30,000 at 100; with the 2 ms handler and 4 subscribers, 950, 1,450
-// and 1,300. A claimed batch waits for its subscriber even when others are
-// idle, and a crash redelivers the messages of the batch already acked. The
-// default is 10, SQS's largest batch.
+//	                      handler 0 ms                 handler 2 ms
+//	                      1 sub          4 subs         1 sub     4 subs
+//	batch 1    row lock   1,300          3,000          320       910
+//	           lease      1,170          2,280          190       730
+//	batch 10   row lock   2,500-4,700    11,400-11,700  340-410   1,340-1,430
+//	           lease      11,600         17,200         430       1,480
+//	batch 100  row lock   13,600-15,600  25,900-28,600  370-380   1,250-1,480
+//	           lease      25,700         29,500         440       1,450
 //
-// Polling costs one short transaction per idle subscription per
-// PollInterval: 20 idle subscriptions took about 17% of one core (PostgreSQL
-// and this process together) at 100 ms, 10% at 250 ms and 3% at 1 s. The
-// default, 250 ms, adds 125 ms of latency on average to a message published to
-// an idle queue.
+// A batch costs two commits (the claim, then its settlements) where the row
+// lock cost one, which shows at batch 1 with a short handler; from batch 10
+// on the lease was faster in these runs (it holds no transaction open across
+// the batch and hands messages out without a relay goroutine).
+//
+// Batch size trades throughput for spread: a claimed batch waits for its
+// subscriber even when others are idle, a crash redelivers the messages of
+// the batch already acked (their settlement had not been applied), and costs
+// the batch's undelivered rows an attempt. The default is 10, SQS's largest
+// batch.
+//
+// Polling costs one short statement per idle subscription per PollInterval
+// (an UPDATE that matches no row writes nothing). With the row lock's poll, a
+// transaction of three round trips, 20 idle subscriptions took about 17% of
+// one core (PostgreSQL and this process together) at 100 ms, 10% at 250 ms
+// and 3% at 1 s; the claim's one round trip was not measured again. The
+// default, 250 ms, adds 125 ms of latency on average to a message published
+// to an idle queue.
 //
 // # Startup
 //
@@ -83,12 +151,19 @@
 //
 // # Tables
 //
-// Each topic's table is Schema.TablePrefix+topic. Its attempts,
-// first_failed_at and last_failed_at columns are updated on every nack; a
-// table created before they existed is not altered and must be recreated. With AutoInitializeSchema
-// the schema and table are created on first use (this needs CREATE rights);
-// without it they must exist already, created by SubscribeInitialize (which
-// provisioning and migrations call), and a missing table is reported as such.
+// Each topic's table is Schema.TablePrefix+topic, with the columns attempts
+// (claims so far), claimed_until (the end of the current claim's lease, NULL
+// when none), first_failed_at and last_failed_at (first and latest nack). A
+// table made by an earlier release gets the columns it lacks when it is
+// initialised (AutoInitializeSchema or SubscribeInitialize), in one ALTER
+// TABLE that runs only when one is missing; its rows are kept. While
+// subscribers of an earlier release still run on the same table, they and
+// this one skip each other's claims (the lease moves available_at, which they
+// also check), but their deliveries count only when nacked. With
+// AutoInitializeSchema the schema and table are created on first use (this
+// needs CREATE rights); without it they must exist already, created by
+// SubscribeInitialize (which provisioning and migrations call), and a missing
+// table is reported as such.
 package postgres
 
 import (
@@ -129,8 +204,11 @@ type PubSub struct {
 	// for publishes in flight before closing the pool under them.
 	mu     sync.RWMutex
 	closed bool
-	subs   map[*wsql.Subscriber]struct{}
-	relays sync.WaitGroup
+	// subs holds each running subscription's cancel.
+	subs map[*subscription]context.CancelFunc
+	// running counts the subscriptions' loops, which Close waits for: they
+	// settle what they hold before the pools close.
+	running sync.WaitGroup
 }
 
 var (
@@ -196,7 +274,7 @@ func New(ctx context.Context, cfg Config, logger watermill.LoggerAdapter) (*PubS
 		return nil, err
 	}
 
-	schema := queueSchema{schema: cfg.Schema, prefix: cfg.TablePrefix, batchSize: cfg.BatchSize, logger: logger}
+	schema := queueSchema{schema: cfg.Schema, prefix: cfg.TablePrefix, logger: logger}
 	publisher, err := wsql.NewPublisher(wsql.BeginnerFromPgx(publishPool), wsql.PublisherConfig{
 		SchemaAdapter: schema,
 		// Table creation is ours (ensureTable), so that a missing table gets a
@@ -215,7 +293,7 @@ func New(ctx context.Context, cfg Config, logger watermill.LoggerAdapter) (*PubS
 		publishPool: publishPool,
 		consumePool: consumePool,
 		publisher:   publisher,
-		subs:        map[*wsql.Subscriber]struct{}{},
+		subs:        map[*subscription]context.CancelFunc{},
 	}, nil
 }
 
@@ -284,9 +362,14 @@ func (p *PubSub) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close stops every subscription (their unsettled rows go back to the queue),
-// waits for publishes in flight, and closes the pools. It is safe to call more
-// than once.
+// Close stops every subscription and waits until each has settled what it
+// held: acks and nacks already given are applied, a message delivered and not
+// yet settled goes back to the queue at once (its attempt counted), and rows
+// claimed but never delivered go back uncounted. A claim under way is let
+// finish, so that its rows are given back rather than left claimed; while
+// the database fails, claims and settlements give up after 15 s. Then Close
+// waits for publishes in flight and closes the pools. It is safe to call
+// more than once.
 func (p *PubSub) Close() error {
 	p.mu.Lock()
 	if p.closed {
@@ -294,25 +377,16 @@ func (p *PubSub) Close() error {
 		return nil
 	}
 	p.closed = true
-	subs := make([]*wsql.Subscriber, 0, len(p.subs))
-	for s := range p.subs {
-		subs = append(subs, s)
+	for _, cancel := range p.subs {
+		cancel()
 	}
 	p.mu.Unlock()
 
-	var errs []error
-	for _, s := range subs {
-		if err := s.Close(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	p.relays.Wait()
-	if err := p.publisher.Close(); err != nil {
-		errs = append(errs, err)
-	}
+	p.running.Wait()
+	err := p.publisher.Close()
 	p.consumePool.Close()
 	p.publishPool.Close()
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		return fmt.Errorf("postgres: close: %w", err)
 	}
 	return nil

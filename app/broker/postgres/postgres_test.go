@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,7 +27,7 @@ import (
 )
 
 // watermillFeatures are what this broker can promise to Watermill's suite.
-// Delivery is at least once (a lost connection or an expired ack deadline
+// Delivery is at least once (a crashed subscriber or an expired ack deadline
 // redelivers), so ExactlyOnceDelivery is off, which also runs the suite's
 // no-loss-on-close cases. Order holds for one subscriber; competing
 // subscribers interleave.
@@ -240,14 +241,18 @@ func testStopMidBatch(t *testing.T, cancelInsteadOfClose bool) {
 	second := newPubSub(t, cfg)
 	rest, err := second.Subscribe(context.Background(), topic)
 	require.NoError(t, err)
-	var got []string
+	var got, attempts []string
 	for range 17 {
 		m := brokertest.Next(t, rest, 10*time.Second)
 		got = append(got, m.UUID)
+		attempts = append(attempts, m.Metadata.Get(metadata.AttemptKey))
 		m.Ack()
 	}
 	assert.Equal(t, want[:3], acked)
 	assert.Equal(t, want[3:], got, "every row not acked before Close comes back, in order")
+	// The delivered message's attempt counts; the rows claimed with it and
+	// never delivered had no attempt.
+	assert.Equal(t, append([]string{"1"}, slices.Repeat([]string{"0"}, 16)...), attempts)
 	select {
 	case m := <-rest:
 		require.Failf(t, "unexpected extra delivery", "message %s", m.UUID)
@@ -276,6 +281,7 @@ func TestAckDeadlineRedelivers(t *testing.T) {
 	again := brokertest.Next(t, msgs, 10*time.Second)
 	again.Ack()
 	assert.Equal(t, sent.UUID, again.UUID)
+	assert.Equal(t, "1", again.Metadata.Get(metadata.AttemptKey), "the expired delivery counts")
 }
 
 func TestPublishedBatchKeepsOrderAndMetadata(t *testing.T) {
@@ -491,18 +497,20 @@ func TestMissingDatabaseFailsAtOnce(t *testing.T) {
 func TestValidateReportsEveryProblem(t *testing.T) {
 	t.Parallel()
 	cfg := postgres.Config{
-		DSN:             "",
-		ApplicationName: strings.Repeat("a", 64),
-		MaxConns:        -1,
-		MaxPublishConns: -2,
-		ConnectTimeout:  -time.Second,
-		PollInterval:    -time.Second,
-		RetryInterval:   -time.Second,
-		BatchSize:       postgres.MaxBatchSize + 1,
-		AckDeadline:     -time.Second,
-		RedeliveryDelay: -time.Second,
-		Schema:          strings.Repeat("s", 64),
-		TablePrefix:     strings.Repeat("p", 63),
+		DSN:               "",
+		ApplicationName:   strings.Repeat("a", 64),
+		MaxConns:          -1,
+		MaxPublishConns:   -2,
+		ConnectTimeout:    -time.Second,
+		PollInterval:      -time.Second,
+		RetryInterval:     -time.Second,
+		BatchSize:         postgres.MaxBatchSize + 1,
+		AckDeadline:       -time.Second,
+		RedeliveryDelay:   -time.Second,
+		Schema:            strings.Repeat("s", 64),
+		TablePrefix:       strings.Repeat("p", 63),
+		QueueBatchSizes:   map[string]int{"q1": 0, "q2": postgres.MaxBatchSize + 1, "ok": 7},
+		QueueAckDeadlines: map[string]time.Duration{"q3": 0, "ok": time.Minute},
 	}
 	_, err := postgres.New(context.Background(), cfg, nil)
 	require.Error(t, err)
@@ -510,12 +518,13 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		"DSN is required", "application name", "max conns", "max publish conns",
 		"connect timeout", "poll interval", "retry interval", "batch size",
 		"ack deadline", "redelivery delay", "schema", "table prefix",
+		"batch size 0 of queue q1", "batch size 1001 of queue q2", "ack deadline 0s of queue q3",
 	} {
 		assert.Contains(t, err.Error(), want)
 	}
 	var joined interface{ Unwrap() []error }
 	require.True(t, errors.As(err, &joined))
-	assert.Len(t, joined.Unwrap(), 12)
+	assert.Len(t, joined.Unwrap(), 15)
 
 	bad := postgres.Config{DSN: "postgres://%zz"}
 	assert.ErrorContains(t, bad.Validate(), "DSN")

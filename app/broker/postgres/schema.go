@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -25,20 +24,13 @@ import (
 // truncated by the server, so two long topics could share one table.
 const maxIdentifierBytes = 63
 
-// queueSchema is the watermill-sql SchemaAdapter for one table per topic, used
-// as a work queue: rows are claimed with FOR UPDATE SKIP LOCKED, so competing
-// subscribers take disjoint batches instead of queueing behind one lock.
-//
-// Neither stock adapter does that. DefaultPostgreSQLSchema with its offsets
-// table locks the consumer group's offset row for the whole batch, and
-// PostgreSQLQueueSchema selects FOR UPDATE without SKIP LOCKED under
-// REPEATABLE READ, so a second subscriber blocks on the first one's rows and
-// then fails with a serialization error: either way one subscriber works at a
-// time (see the package documentation for the numbers).
+// queueSchema is the watermill-sql SchemaAdapter of one table per topic, used
+// as a work queue. watermill-sql's Publisher uses it to create tables and
+// insert rows; the subscriber is this package's own (subscribe.go), which
+// claims rows with claimQuery and settles them with settleQuery.
 type queueSchema struct {
-	schema    string
-	prefix    string
-	batchSize int
+	schema string
+	prefix string
 	// logger reports rows whose metadata had to be repaired on delivery; nil
 	// logs nothing.
 	logger watermill.LoggerAdapter
@@ -84,16 +76,19 @@ func (s queueSchema) initLockKey() int64 {
 // SchemaInitializingQueries creates the schema and the topic's table. They run
 // in one transaction (RequiresTransaction) so the advisory lock covers them.
 //
-// available_at is what makes a nack a real redelivery: the row is pushed into
-// the future and any subscriber may claim it again. attempts counts the nacks
-// of the row, which is what a delivery sees as metadata.AttemptKey;
-// first_failed_at and last_failed_at are the times of its first and latest
-// nack (NULL until then), for dead-letter reasons. Max-attempts
-// dead-lettering will join them here.
+// attempts counts the row's claims, i.e. its deliveries: a delivery sees the
+// count before its own claim as metadata.AttemptKey. available_at is when
+// the row may be claimed next: pushed to the end of the claim's lease by a
+// claim, to the end of its delay by a nack. claimed_until is the end of the
+// current claim's lease, NULL once the claim is released (QueueStats tells
+// in-flight rows from delayed ones with it). first_failed_at and
+// last_failed_at are the times of the row's first and latest nack (NULL until
+// then), for dead-letter reasons.
 //
-// A table made before the attempt columns existed gets them added — once:
+// A table made by an earlier release gets the columns it lacks added — once:
 // the DO block alters the table only when a column is missing, so a running
-// system does not take the table lock on every start.
+// system does not take the table lock on every start. claimed_until is the
+// newest column: a table that has it has the others.
 func (s queueSchema) SchemaInitializingQueries(params wsql.SchemaInitializingQueriesParams) ([]wsql.Query, error) {
 	if err := s.checkTopic(params.Topic); err != nil {
 		return nil, err
@@ -110,16 +105,18 @@ func (s queueSchema) SchemaInitializingQueries(params wsql.SchemaInitializingQue
 			available_at TIMESTAMPTZ NOT NULL DEFAULT now(),
 			attempts     INTEGER NOT NULL DEFAULT 0,
 			first_failed_at TIMESTAMPTZ,
-			last_failed_at  TIMESTAMPTZ
+			last_failed_at  TIMESTAMPTZ,
+			claimed_until   TIMESTAMPTZ
 		)`},
 		{Query: `DO $$BEGIN
 			IF NOT EXISTS (SELECT 1 FROM pg_attribute
 				WHERE attrelid = '` + strings.ReplaceAll(s.table(params.Topic), "'", "''") + `'::regclass
-				AND attname = 'last_failed_at' AND NOT attisdropped) THEN
+				AND attname = 'claimed_until' AND NOT attisdropped) THEN
 				ALTER TABLE ` + s.table(params.Topic) + `
 					ADD COLUMN IF NOT EXISTS attempts INTEGER NOT NULL DEFAULT 0,
 					ADD COLUMN IF NOT EXISTS first_failed_at TIMESTAMPTZ,
-					ADD COLUMN IF NOT EXISTS last_failed_at TIMESTAMPTZ;
+					ADD COLUMN IF NOT EXISTS last_failed_at TIMESTAMPTZ,
+					ADD COLUMN IF NOT EXISTS claimed_until TIMESTAMPTZ;
 			END IF;
 		END$$`},
 	}, nil
@@ -184,36 +181,53 @@ func nonNil(b []byte) []byte {
 	return b
 }
 
-// SelectQuery claims the oldest available batch that no other transaction
-// holds. The rows stay locked until the subscriber's transaction ends, which
-// watermill-sql keeps open while the batch is being handled.
-func (s queueSchema) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, error) {
-	if params.ConsumerGroup != "" {
-		return wsql.Query{}, fmt.Errorf("postgres: consumer groups are not supported: a topic is a queue")
+// claimQuery claims the oldest available rows of topic, at most limit of
+// them, for lease: in one statement, committed before any of them is handed
+// out, each row's attempts goes up by one and the row becomes unavailable
+// until the lease ends (available_at = claimed_until = the statement's start
+// plus lease). A consumer that dies holding the rows has used their attempt;
+// the rows come back when the lease ends. FOR UPDATE SKIP LOCKED keeps two
+// claims running at once from taking the same row: the second skips what the
+// first has locked, and a row committed by the first no longer matches
+// available_at (READ COMMITTED rechecks the condition on the newest version).
+//
+// A claimed row reads as UnmarshalMessage scans it (attempts as the number of
+// earlier claims), with the claim's own count last: the claim's identity,
+// which settleQuery checks so that a subscriber whose lease ran out cannot
+// settle a row that another one has claimed since.
+func (s queueSchema) claimQuery(topic string, limit int, lease time.Duration) wsql.Query {
+	table := s.table(topic)
+	// The lease runs from the statement's start, so that the subscriber's
+	// estimate of its end (its own clock, read before sending, plus lease)
+	// is never later than the database's.
+	return wsql.Query{
+		Query: `WITH claimable AS (
+				SELECT "offset" FROM ` + table + `
+				WHERE available_at <= clock_timestamp()
+				ORDER BY "offset"
+				LIMIT $1
+				FOR UPDATE SKIP LOCKED
+			)
+			UPDATE ` + table + ` AS q
+			SET attempts = q.attempts + 1,
+				available_at = statement_timestamp() + $2::bigint * interval '1 microsecond',
+				claimed_until = statement_timestamp() + $2::bigint * interval '1 microsecond'
+			FROM claimable
+			WHERE q."offset" = claimable."offset"
+			RETURNING q."offset", q.uuid, q.payload, q.metadata, q.attempts - 1, q.first_failed_at, q.attempts`,
+		Args: []any{limit, lease.Microseconds()},
 	}
-	// clock_timestamp, not now(): now() is the start of this transaction, which
-	// can precede the insert of a row that is already committed and visible.
-	return wsql.Query{Query: fmt.Sprintf(`SELECT "offset", uuid, payload, metadata, attempts, first_failed_at
-		FROM %s
-		WHERE available_at <= clock_timestamp()
-		ORDER BY "offset"
-		LIMIT %d
-		FOR UPDATE SKIP LOCKED`, s.table(params.Topic), s.batchSize)}, nil
 }
 
-// UnmarshalMessage turns a claimed row into a message. metadata.AttemptKey is
-// set from the row's attempts column, over whatever the metadata holds: the
-// number of earlier deliveries that ended in a nack. A delivery that ended
-// without a settlement (a crash, a lost connection, an expired ack deadline,
-// Close) is not counted: its increment would roll back with the claim.
-// metadata.FirstFailureKey is set from first_failed_at, the time of the row's
-// first nack, when there was one, and is otherwise absent: a publisher's value
-// is never delivered.
-//
-// It never fails on the metadata: an error here would make watermill-sql roll
-// back the claim and try the same oldest row again forever, blocking the
-// queue. Metadata that is not a JSON object of strings (written by something
-// other than this broker) is repaired as decodeMetadata says, and logged.
+// SelectQuery is part of watermill-sql's SchemaAdapter, which only its
+// Subscriber calls; this package's subscriber claims with claimQuery.
+func (s queueSchema) SelectQuery(wsql.SelectQueryParams) (wsql.Query, error) {
+	return wsql.Query{}, fmt.Errorf("postgres: rows are claimed with a lease, not selected in a transaction")
+}
+
+// UnmarshalMessage turns a claimed row into a message: see deliveredMessage.
+// Its scanner yields offset, uuid, payload, metadata, attempts (the number of
+// earlier claims) and first_failed_at.
 func (s queueSchema) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsql.Row, error) {
 	var (
 		r           wsql.Row
@@ -225,16 +239,32 @@ func (s queueSchema) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsql.
 		return wsql.Row{}, fmt.Errorf("scan message row: %w", err)
 	}
 	r.UUID = []byte(uuid)
-	msg := message.NewMessage(uuid, r.Payload)
-	md, err := decodeMetadata(r.Metadata)
+	r.Msg = s.deliveredMessage(r.Offset, uuid, r.Payload, r.Metadata, attempts, firstFailed)
+	return r, nil
+}
+
+// deliveredMessage is the message a claimed row is delivered as.
+// metadata.AttemptKey is set from earlier, the row's claims before this one,
+// over whatever the metadata holds: every earlier delivery counts, whatever
+// ended it (ack deadline, nack, crash, lost connection, Close).
+// metadata.FirstFailureKey is set from first_failed_at, the time of the row's
+// first nack, when there was one, and is otherwise absent: a publisher's value
+// is never delivered.
+//
+// It never fails on the metadata: a row that cannot be delivered would be
+// claimed again and again, its attempts climbing, blocking the queue.
+// Metadata that is not a JSON object of strings (written by something other
+// than this broker) is repaired as decodeMetadata says, and logged.
+func (s queueSchema) deliveredMessage(offset int64, uuid string, payload, rawMetadata []byte, earlier int64, firstFailed *time.Time) *message.Message {
+	msg := message.NewMessage(uuid, payload)
+	md, err := decodeMetadata(rawMetadata)
 	if err != nil && s.logger != nil {
 		s.logger.Error("Queue row has malformed metadata; delivering what could be read", err,
-			watermill.LogFields{"message_uuid": uuid, "offset": r.Offset})
+			watermill.LogFields{"message_uuid": uuid, "offset": offset})
 	}
-	setDeliveryMetadata(md, attempts, firstFailed)
+	setDeliveryMetadata(md, earlier, firstFailed)
 	msg.Metadata = md
-	r.Msg = msg
-	return r, nil
+	return msg
 }
 
 // setDeliveryMetadata sets the keys only the row may give, over whatever the
@@ -295,108 +325,11 @@ func decodeMetadata(raw []byte) (message.Metadata, error) {
 	return md, nil
 }
 
-// SubscribeIsolationLevel is READ COMMITTED: under REPEATABLE READ, claiming a
-// row that another subscriber deleted after this transaction's snapshot raises
-// a serialization error instead of skipping it. Note that watermill-sql's pgx
-// adapter maps the zero level to SERIALIZABLE, so this must be explicit.
+// SubscribeIsolationLevel is part of watermill-sql's SchemaAdapter, for its
+// Subscriber, which this package does not use. The claim is one statement in
+// READ COMMITTED, PostgreSQL's default.
 func (s queueSchema) SubscribeIsolationLevel() stdsql.IsolationLevel {
 	return stdsql.LevelReadCommitted
-}
-
-// queueOffsets is the OffsetsAdapter of one subscription. It settles a batch
-// when watermill-sql commits it: acked rows are deleted, nacked rows are made
-// available again after the redelivery delay.
-//
-// watermill-sql itself never tells the adapter about a nack: it re-sends the
-// same message in-process, holding the row lock, for as long as the handler
-// keeps failing. The subscription's relay therefore turns a consumer's nack
-// into an upstream ack and records it in nacked, so that the row is released
-// rather than deleted.
-type queueOffsets struct {
-	schema          queueSchema
-	nacked          *nackSet
-	redeliveryDelay time.Duration
-}
-
-var _ wsql.OffsetsAdapter = queueOffsets{}
-
-// AckMessageQuery settles only the rows up to LastRow: watermill-sql passes the
-// whole batch in Rows even when it stopped early (ack deadline, Close), and its
-// stock queue adapter deletes all of them, losing the rows it never delivered.
-func (a queueOffsets) AckMessageQuery(params wsql.AckMessageQueryParams) (wsql.Query, error) {
-	var acked, nacked, delays []int64
-	settled := true
-	for _, row := range params.Rows {
-		// take runs for every row so that a nack racing the end of the batch
-		// leaves nothing behind in the set.
-		n, wasNacked := a.nacked.take(row.Msg)
-		if !settled {
-			continue
-		}
-		if wasNacked {
-			delay := a.redeliveryDelay
-			if n.requested {
-				delay = n.delay
-			}
-			nacked = append(nacked, row.Offset)
-			delays = append(delays, delay.Microseconds())
-		} else {
-			acked = append(acked, row.Offset)
-		}
-		settled = row.Offset != params.LastRow.Offset
-	}
-	table := a.schema.table(params.Topic)
-	if len(nacked) == 0 {
-		return wsql.Query{
-			Query: `DELETE FROM ` + table + ` WHERE "offset" = ANY($1)`,
-			Args:  []any{acked},
-		}, nil
-	}
-	// A nack counts one attempt, stamps the failure times and hides the row
-	// for its delay (each row its own). The seam for max attempts: moving the
-	// row to a dead-letter table belongs in this UPDATE.
-	return wsql.Query{
-		Query: `WITH redeliver AS (
-				UPDATE ` + table + ` AS q
-				SET available_at = clock_timestamp() + n.delay * interval '1 microsecond',
-					attempts = q.attempts + 1,
-					first_failed_at = coalesce(q.first_failed_at, clock_timestamp()),
-					last_failed_at = clock_timestamp()
-				FROM unnest($2::bigint[], $3::bigint[]) AS n(off, delay)
-				WHERE q."offset" = n.off
-			)
-			DELETE FROM ` + table + ` WHERE "offset" = ANY($1)`,
-		Args: []any{acked, nacked, delays},
-	}, nil
-}
-
-// ConsumedMessageQuery is not needed: the row lock already marks a message as
-// taken.
-func (a queueOffsets) ConsumedMessageQuery(wsql.ConsumedMessageQueryParams) (wsql.Query, error) {
-	return wsql.Query{}, nil
-}
-
-// NextOffsetQuery is not needed: a queue has no offsets to resume from.
-func (a queueOffsets) NextOffsetQuery(wsql.NextOffsetQueryParams) (wsql.Query, error) {
-	return wsql.Query{}, nil
-}
-
-// SchemaInitializingQueries is empty: queueSchema creates the only table.
-func (a queueOffsets) SchemaInitializingQueries(wsql.OffsetsSchemaInitializingQueriesParams) ([]wsql.Query, error) {
-	return nil, nil
-}
-
-// BeforeSubscribingQueries is empty: a queue subscriber registers nothing.
-func (a queueOffsets) BeforeSubscribingQueries(wsql.BeforeSubscribingQueriesParams) ([]wsql.Query, error) {
-	return nil, nil
-}
-
-// nackSet holds the upstream messages whose consumer nacked them, keyed by
-// pointer: that is the one identity shared by the relay and the Row that
-// watermill-sql hands back at commit (UUIDs need not be unique).
-type nackSet struct {
-	mu sync.Mutex
-	m  map[*message.Message]nack
 }
 
 // nack is one consumer's nack: the redelivery delay it asked for with
@@ -419,22 +352,6 @@ func nackOf(msg *message.Message) nack {
 		return nack{}
 	}
 	return nack{delay: max(d, 0), requested: true}
-}
-
-func newNackSet() *nackSet { return &nackSet{m: map[*message.Message]nack{}} }
-
-func (s *nackSet) add(m *message.Message, n nack) {
-	s.mu.Lock()
-	s.m[m] = n
-	s.mu.Unlock()
-}
-
-func (s *nackSet) take(m *message.Message) (nack, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n, ok := s.m[m]
-	delete(s.m, m)
-	return n, ok
 }
 
 // SubscribeInitialize creates the schema and the topic's table if they do not

@@ -47,7 +47,7 @@ func (r fakeRow) Scan(dest ...any) error {
 // again by InsertQuery, decodes to the same metadata. Seeds are in
 // testdata/fuzz/FuzzUnmarshalMessage.
 func FuzzUnmarshalMessage(f *testing.F) {
-	s := queueSchema{schema: "s", prefix: "queue_", batchSize: 10}
+	s := queueSchema{schema: "s", prefix: "queue_"}
 	f.Fuzz(func(t *testing.T, raw []byte, attempts int64, failed bool, failedSec, failedNsec int64) {
 		row := fakeRow{offset: 1, uuid: "u", payload: []byte("p"), metadata: raw, attempts: attempts}
 		writable := false

@@ -2,107 +2,125 @@ package postgres
 
 import (
 	"context"
-	stdsql "database/sql"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// settleTimeout bounds the statements that settle a batch once they no longer
-// follow the subscription's context.
+// settleTimeout bounds how long a subscription keeps trying to settle rows
+// while the database fails. After that the rows are left to their lease: they
+// come back when it ends, the acked ones included.
 const settleTimeout = 15 * time.Second
 
-// settlingBeginner is watermill-sql's pgx Beginner with one change: the
-// statements that settle a batch (the ack query and COMMIT) do not stop when
-// the subscription's context is cancelled. watermill-sql runs them with that
-// context, so a shutdown in the middle of a batch rolled back the acks the
-// handlers had already given, and every one of those messages came back. The
-// claiming SELECT still stops at once.
-type settlingBeginner struct {
-	pool   *pgxpool.Pool
-	logger watermill.LoggerAdapter
+// action is what a settlement does with a claimed row.
+type action string
+
+const (
+	// ack deletes the row.
+	ack action = "ack"
+	// nackIt makes the row available after the settlement's delay, ends the
+	// claim and stamps the failure times.
+	nackIt action = "nack"
+	// release makes a delivered row available at once and ends the claim (a
+	// delivery that Close or the subscription's context ended): its attempt
+	// counts.
+	release action = "release"
+	// giveBack releases a row that was claimed and never delivered, and takes
+	// its attempt back: nobody tried it.
+	giveBack action = "give-back"
+	// renew extends the claim's lease by the settlement's delay, from now.
+	renew action = "renew"
+)
+
+// settlement is one action on one claimed row.
+type settlement struct {
+	row    claimedRow
+	action action
+	// delay is a nack's redelivery delay or a renewal's lease.
+	delay time.Duration
 }
 
-var _ wsql.Beginner = settlingBeginner{}
-
-func (b settlingBeginner) BeginTx(ctx context.Context, opts *stdsql.TxOptions) (wsql.Tx, error) {
-	txOpts := pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
-	if opts != nil && opts.Isolation != stdsql.LevelReadCommitted && opts.Isolation != stdsql.LevelDefault {
-		return nil, fmt.Errorf("postgres: isolation level %s is not supported", opts.Isolation)
+// settleQuery applies settlements in one statement. Every row is matched by
+// its offset and by its claim's count (the token): a row whose lease ran out
+// and that another subscriber has claimed since is left alone, and running
+// the statement twice (a retry after a lost answer) changes nothing more. It
+// returns the offsets it renewed.
+func (s queueSchema) settleQuery(topic string, ss []settlement) wsql.Query {
+	offsets := make([]int64, len(ss))
+	tokens := make([]int64, len(ss))
+	actions := make([]string, len(ss))
+	delays := make([]int64, len(ss))
+	for i, st := range ss {
+		offsets[i], tokens[i], actions[i], delays[i] = st.row.offset, st.row.token, string(st.action), st.delay.Microseconds()
 	}
-	tx, err := b.pool.BeginTx(ctx, txOpts)
+	table := s.table(topic)
+	return wsql.Query{
+		Query: `WITH s AS (
+				SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[]) AS s(off, token, action, delay_us)
+			), acked AS (
+				DELETE FROM ` + table + ` AS q USING s
+				WHERE q."offset" = s.off AND q.attempts = s.token AND s.action = 'ack'
+			)
+			UPDATE ` + table + ` AS q
+			SET attempts = q.attempts - CASE WHEN s.action = 'give-back' THEN 1 ELSE 0 END,
+				available_at = statement_timestamp() + s.delay_us * interval '1 microsecond',
+				claimed_until = CASE WHEN s.action = 'renew' THEN statement_timestamp() + s.delay_us * interval '1 microsecond' END,
+				first_failed_at = CASE WHEN s.action = 'nack' THEN coalesce(q.first_failed_at, clock_timestamp()) ELSE q.first_failed_at END,
+				last_failed_at = CASE WHEN s.action = 'nack' THEN clock_timestamp() ELSE q.last_failed_at END
+			FROM s
+			WHERE q."offset" = s.off AND q.attempts = s.token AND s.action <> 'ack'
+			RETURNING q."offset", s.action = 'renew'`,
+		Args: []any{offsets, tokens, actions, delays},
+	}
+}
+
+// settle applies ss, retrying while the database fails, for up to
+// settleTimeout. It does not follow the subscription's context: the acks and
+// nacks a subscription got before it was stopped are still settled, and its
+// undelivered rows given back. It returns the offsets still claimed after
+// the renewals in ss, and when their lease ends by this clock (no later than
+// by the database's, which started it after this process sent the
+// statement).
+func (sub *subscription) settle(ss []settlement) (renewed map[int64]bool, leaseEnd time.Time, err error) {
+	if len(ss) == 0 {
+		return nil, time.Time{}, nil
+	}
+	q := sub.schema.settleQuery(sub.topic, ss)
+	giveUp := time.Now().Add(settleTimeout)
+	for attempt := 1; ; attempt++ {
+		sent := time.Now()
+		ctx, cancel := context.WithDeadline(context.Background(), giveUp)
+		renewed, err = sub.exec(ctx, q)
+		cancel()
+		if err == nil {
+			return renewed, sent.Add(sub.deadline), nil
+		}
+		if time.Until(giveUp) < sub.retryInterval {
+			return nil, time.Time{}, fmt.Errorf("settle %d rows (%d attempts): %w", len(ss), attempt, err)
+		}
+		sub.logger.Error("Settling messages failed, retrying", err, watermill.LogFields{"rows": len(ss), "attempt": attempt})
+		time.Sleep(sub.retryInterval)
+	}
+}
+
+func (sub *subscription) exec(ctx context.Context, q wsql.Query) (map[int64]bool, error) {
+	rows, err := sub.pool.Query(ctx, q.Query, q.Args...)
 	if err != nil {
 		return nil, err
 	}
-	return settlingTx{tx: tx, logger: b.logger}, nil
-}
-
-func (b settlingBeginner) ExecContext(ctx context.Context, query string, args ...any) (wsql.Result, error) {
-	tag, err := b.pool.Exec(ctx, query, args...)
-	return wsql.PgxResult{CommandTag: tag}, err
-}
-
-func (b settlingBeginner) QueryContext(ctx context.Context, query string, args ...any) (wsql.Rows, error) {
-	rows, err := b.pool.Query(ctx, query, args...)
-	return wsql.PgxRows{Rows: rows}, err
-}
-
-type settlingTx struct {
-	tx     pgx.Tx
-	logger watermill.LoggerAdapter
-}
-
-// ExecContext runs the ack query, the only statement watermill-sql's
-// subscriber executes in its transaction with our adapters.
-func (t settlingTx) ExecContext(ctx context.Context, query string, args ...any) (wsql.Result, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-	defer cancel()
-	tag, err := t.tx.Exec(ctx, query, args...)
-	return wsql.PgxResult{CommandTag: tag}, err
-}
-
-func (t settlingTx) QueryContext(ctx context.Context, query string, args ...any) (wsql.Rows, error) {
-	rows, err := t.tx.Query(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	return checkedRows{Rows: rows, logger: t.logger}, nil
-}
-
-// checkedRows reports a query that failed while its rows were read. pgx
-// returns such errors from Rows.Err, which watermill-sql never consults: a
-// claim that failed (a dropped connection, a serialization error) looked like
-// an empty queue. Returning the error from Close makes watermill-sql roll back
-// and wait RetryInterval; its own log line garbles the error, so it is logged
-// here as well.
-type checkedRows struct {
-	pgx.Rows
-	logger watermill.LoggerAdapter
-}
-
-func (r checkedRows) Close() error {
-	r.Rows.Close()
-	err := r.Err()
-	if err == nil || errors.Is(err, context.Canceled) {
-		return nil // a subscription that ends is no failure
-	}
-	r.logger.Error("Claiming messages failed", err, nil)
-	return err
-}
-
-func (t settlingTx) Commit() error {
-	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
-	defer cancel()
-	return t.tx.Commit(ctx)
-}
-
-func (t settlingTx) Rollback() error {
-	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
-	defer cancel()
-	return t.tx.Rollback(ctx)
+	renewed := map[int64]bool{}
+	var (
+		offset    int64
+		isRenewal bool
+	)
+	_, err = pgx.ForEachRow(rows, []any{&offset, &isRenewal}, func() error {
+		if isRenewal {
+			renewed[offset] = true
+		}
+		return nil
+	})
+	return renewed, err
 }

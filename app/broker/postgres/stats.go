@@ -14,19 +14,15 @@ import (
 var _ broker.QueueStatter = (*PubSub)(nil)
 
 // QueueStats counts the rows of the queue's table in one statement: Ready,
-// rows available now that no subscriber has claimed; InFlight, rows
-// available now and claimed (row-locked by a subscriber's open batch, not
-// yet acked or nacked); Delayed, rows whose available_at is in the future
-// (a nack's redelivery delay); OldestAge, since the oldest row's created_at.
-// The counts are exact, as of the statement's snapshot. A queue without a
-// table is an error wrapping broker.ErrQueueNotFound.
-//
-// A claim is only a row lock, so telling claimed rows from the others takes
-// a lock too: the statement takes FOR KEY SHARE SKIP LOCKED on every
-// unclaimed available row for its own short duration. A subscriber claiming
-// at that moment skips those rows and polls again one PollInterval later,
-// and the statement's cost grows with the backlog: it is for gates and
-// consoles, not for a loop. It runs on the publishing pool.
+// rows that may be claimed now (a crashed subscriber's row once its lease has
+// ended included); InFlight, rows claimed under a lease that has not ended
+// (delivered or waiting in a subscriber's batch, not yet acked or nacked);
+// Delayed, rows waiting out a nack's redelivery delay; OldestAge, since the
+// oldest row's created_at. The counts are exact, as of the statement's
+// snapshot; the statement takes no lock and leaves claims alone, but it reads
+// the whole table: it is for gates and consoles, not for a loop. A queue
+// without a table is an error wrapping broker.ErrQueueNotFound. It runs on
+// the publishing pool.
 func (p *PubSub) QueueStats(ctx context.Context, queue string) (broker.QueueStats, error) {
 	if err := p.schema.checkTopic(queue); err != nil {
 		return broker.QueueStats{}, err
@@ -37,18 +33,14 @@ func (p *PubSub) QueueStats(ctx context.Context, queue string) (broker.QueueStat
 		return broker.QueueStats{}, ErrClosed
 	}
 	table := p.schema.table(queue)
-	var available, delayed, unclaimed, oldestMicros int64
-	err := p.publishPool.QueryRow(ctx, `WITH unclaimed AS (
-			SELECT 1 FROM `+table+`
-			WHERE available_at <= statement_timestamp()
-			FOR KEY SHARE SKIP LOCKED
-		)
-		SELECT
+	var ready, inFlight, delayed, oldestMicros int64
+	err := p.publishPool.QueryRow(ctx, `SELECT
 			count(*) FILTER (WHERE available_at <= statement_timestamp()),
-			count(*) FILTER (WHERE available_at > statement_timestamp()),
-			(SELECT count(*) FROM unclaimed),
+			count(*) FILTER (WHERE claimed_until > statement_timestamp()),
+			count(*) FILTER (WHERE available_at > statement_timestamp()
+				AND (claimed_until IS NULL OR claimed_until <= statement_timestamp())),
 			coalesce((extract(epoch FROM statement_timestamp() - min(created_at)) * 1000000)::bigint, 0)
-		FROM `+table).Scan(&available, &delayed, &unclaimed, &oldestMicros)
+		FROM `+table).Scan(&ready, &inFlight, &delayed, &oldestMicros)
 	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "42P01" {
 		return broker.QueueStats{}, fmt.Errorf("postgres: queue stats of %s: queue table %s does not exist: %w", queue, table, broker.ErrQueueNotFound)
 	}
@@ -57,8 +49,8 @@ func (p *PubSub) QueueStats(ctx context.Context, queue string) (broker.QueueStat
 	}
 	return broker.QueueStats{
 		Queue:         queue,
-		Ready:         unclaimed,
-		InFlight:      max(available-unclaimed, 0),
+		Ready:         ready,
+		InFlight:      inFlight,
 		InFlightKnown: true,
 		Delayed:       delayed,
 		OldestAge:     max(time.Duration(oldestMicros)*time.Microsecond, 0),

@@ -1,0 +1,177 @@
+package postgres_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventpipe/eventpipe/app/broker/brokertest"
+	"github.com/eventpipe/eventpipe/app/broker/postgres"
+	"github.com/eventpipe/eventpipe/app/metadata"
+)
+
+// crashChildEnv holds the crash child's orders (a crashOrders as JSON).
+const crashChildEnv = "EVENTPIPE_TEST_PG_CRASH_CHILD"
+
+// crashOrders tell the child process which queue to consume and how.
+type crashOrders struct {
+	DSN, Schema, AppName, Topic string
+	AckDeadline                 time.Duration
+}
+
+// crashed is what a killed consumer saw of the message it held.
+type crashed struct {
+	uuid, attempt string
+	// reported is when the child said it had the message: its claim came
+	// before.
+	reported time.Time
+}
+
+// crashConsumer runs a consumer of topic in a child process (this test
+// binary again, as TestCrashChild), waits until the child holds a message,
+// and kills it with SIGKILL: no ack, no nack, no Close, no rollback sent.
+func crashConsumer(t *testing.T, cfg postgres.Config, topic string) crashed {
+	t.Helper()
+	orders, err := json.Marshal(crashOrders{
+		DSN: cfg.DSN, Schema: cfg.Schema, AppName: cfg.ApplicationName, Topic: topic, AckDeadline: cfg.AckDeadline,
+	})
+	require.NoError(t, err)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), crashChildEnv+"="+string(orders))
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = cmd.Stdout
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	got := make(chan crashed, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if rest, ok := strings.CutPrefix(sc.Text(), "DELIVERED "); ok {
+				uuid, attempt, _ := strings.Cut(rest, " ")
+				got <- crashed{uuid: uuid, attempt: attempt, reported: time.Now()}
+			}
+		}
+	}()
+	var c crashed
+	select {
+	case c = <-got:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the child never got a message")
+	}
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+	return c
+}
+
+// TestCrashChild is the consumer crashConsumer kills. Run any other way it
+// skips, saying so.
+func TestCrashChild(t *testing.T) {
+	raw := os.Getenv(crashChildEnv)
+	if raw == "" {
+		t.Skipf("not a test on its own: the child process crashConsumer starts (with %s set) and kills", crashChildEnv)
+	}
+	var o crashOrders
+	require.NoError(t, json.Unmarshal([]byte(raw), &o))
+	ps, err := postgres.New(context.Background(), postgres.Config{
+		DSN: o.DSN, Schema: o.Schema, ApplicationName: o.AppName, AckDeadline: o.AckDeadline,
+		AutoInitializeSchema: true, MaxConns: 2, PollInterval: 50 * time.Millisecond,
+	}, nil)
+	require.NoError(t, err)
+	msgs, err := ps.Subscribe(context.Background(), o.Topic)
+	require.NoError(t, err)
+	m := <-msgs
+	fmt.Printf("DELIVERED %s %s\n", m.UUID, m.Metadata.Get(metadata.AttemptKey))
+	time.Sleep(10 * time.Minute) // until SIGKILL
+}
+
+// A consumer killed while it holds a message has used an attempt: the claim
+// counted it. Nobody gets the message while the dead consumer's claim lasts
+// (the ack deadline); then the next subscriber gets it with x-attempt 1.
+func TestCrashedDeliveryIsCounted(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.AckDeadline = 2 * time.Second
+	ps := newPubSub(t, cfg)
+	topic := brokertest.Topic(t)
+	sent := message.NewMessage(watermill.NewUUID(), []byte("kills its consumer"))
+	require.NoError(t, ps.Publish(topic, sent))
+
+	c := crashConsumer(t, cfg, topic)
+	require.Equal(t, sent.UUID, c.uuid)
+	assert.Equal(t, "0", c.attempt, "a first delivery")
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := ps.QueueStats(ctx, topic)
+	require.NoError(t, err)
+	if time.Since(c.reported) < cfg.AckDeadline-500*time.Millisecond {
+		assert.Equal(t, int64(1), s.InFlight, "the dead consumer's claim holds until its deadline: %s", s)
+		assert.Zero(t, s.Ready, s.String())
+	}
+
+	msgs, err := ps.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	m := brokertest.Next(t, msgs, 20*time.Second)
+	waited := time.Since(c.reported)
+	require.True(t, m.Ack())
+	assert.Equal(t, sent.UUID, m.UUID)
+	assert.Equal(t, "1", m.Metadata.Get(metadata.AttemptKey), "the crashed delivery counts")
+	assert.GreaterOrEqual(t, waited, cfg.AckDeadline-250*time.Millisecond, "delivered again while the dead consumer's claim lasted")
+}
+
+// A message that kills its consumer every time is counted every time, and
+// the count is one number with the nacks: three crashes, then a nack.
+func TestRepeatedCrashesAreCounted(t *testing.T) {
+	t.Parallel()
+	const crashes = 3
+	cfg := testConfig(t)
+	cfg.AckDeadline = time.Second
+	cfg.RedeliveryDelay = 50 * time.Millisecond
+	ps := newPubSub(t, cfg)
+	topic := brokertest.Topic(t)
+	sent := message.NewMessage(watermill.NewUUID(), []byte("poison"))
+	require.NoError(t, ps.Publish(topic, sent))
+
+	var seen []string
+	for range crashes {
+		c := crashConsumer(t, cfg, topic)
+		require.Equal(t, sent.UUID, c.uuid)
+		seen = append(seen, c.attempt)
+	}
+	assert.Equal(t, []string{"0", "1", "2"}, seen, "x-attempt of each crashed delivery")
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	msgs, err := ps.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	m := brokertest.Next(t, msgs, 20*time.Second)
+	assert.Equal(t, "3", m.Metadata.Get(metadata.AttemptKey), "after %d crashes", crashes)
+	assert.NotContains(t, m.Metadata, metadata.FirstFailureKey, "a crash is not a nack: no failure time")
+	require.True(t, m.Nack())
+	m = brokertest.Next(t, msgs, 20*time.Second)
+	assert.Equal(t, "4", m.Metadata.Get(metadata.AttemptKey), "then a nack")
+	assert.Contains(t, m.Metadata, metadata.FirstFailureKey)
+	require.True(t, m.Ack())
+
+	conn, err := pgx.Connect(ctx, cfg.DSN)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var left int
+	table := pgx.Identifier{cfg.Schema, postgres.DefaultTablePrefix + topic}.Sanitize()
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&left))
+	assert.Zero(t, left, "acked: deleted")
+}
