@@ -37,10 +37,13 @@
 //   - The handler passes its ack deadline: its context is cancelled, and the
 //     row can be claimed again at once (its lease ends at that moment); the
 //     subscription goes on with its batch.
-//   - Close, or the end of the subscription's context: acks and nacks
-//     already given are applied, the message being handled goes back at once
-//     with its attempt counted, and the rows of the batch not yet delivered go
-//     back at once with their attempt taken back, since nobody tried them.
+//   - The end of the subscription's context (shutdown stops intake first):
+//     no more messages are handed out, the message being handled may still
+//     be acked or nacked until its lease ends (its context is not cancelled
+//     with the subscription's), and the rows of the batch not yet delivered
+//     go back at once with their attempt taken back, since nobody tried them.
+//   - Close: as above, but the message being handled goes back at once with
+//     its attempt counted.
 //   - A lost database connection ends no delivery: no connection is held
 //     while a handler runs. A settlement that fails is retried for up to 15 s;
 //     after that its rows are left to their lease (acked ones then come back).
@@ -206,6 +209,11 @@ type PubSub struct {
 	closed bool
 	// subs holds each running subscription's cancel.
 	subs map[*subscription]context.CancelFunc
+	// closing ends when Close is called: only then (or at the end of its
+	// lease) is a message being handled cut short; a subscription whose
+	// context ends stops claiming but lets its handler settle.
+	closing     context.Context
+	stopClosing context.CancelFunc
 	// running counts the subscriptions' loops, which Close waits for: they
 	// settle what they hold before the pools close.
 	running sync.WaitGroup
@@ -286,6 +294,7 @@ func New(ctx context.Context, cfg Config, logger watermill.LoggerAdapter) (*PubS
 		consumePool.Close()
 		return nil, fmt.Errorf("postgres: publisher: %w", err)
 	}
+	closing, stopClosing := context.WithCancel(context.Background())
 	return &PubSub{
 		cfg:         cfg,
 		logger:      logger,
@@ -294,6 +303,8 @@ func New(ctx context.Context, cfg Config, logger watermill.LoggerAdapter) (*PubS
 		consumePool: consumePool,
 		publisher:   publisher,
 		subs:        map[*subscription]context.CancelFunc{},
+		closing:     closing,
+		stopClosing: stopClosing,
 	}, nil
 }
 
@@ -377,6 +388,7 @@ func (p *PubSub) Close() error {
 		return nil
 	}
 	p.closed = true
+	p.stopClosing()
 	for _, cancel := range p.subs {
 		cancel()
 	}

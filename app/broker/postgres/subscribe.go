@@ -41,6 +41,7 @@ func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.M
 		redeliveryDelay: p.cfg.RedeliveryDelay,
 		logger:          p.logger.With(watermill.LogFields{"topic": topic}),
 		out:             make(chan *message.Message),
+		closing:         p.closing,
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	p.mu.Lock()
@@ -87,6 +88,8 @@ type subscription struct {
 
 	logger watermill.LoggerAdapter
 	out    chan *message.Message
+	// closing is the PubSub's: it ends when Close is called.
+	closing context.Context
 }
 
 // claimedRow is a row this subscription has claimed.
@@ -240,9 +243,13 @@ func (sub *subscription) renew(settled []settlement, rows []claimedRow) ([]claim
 // batch settled before it.
 func (sub *subscription) deliver(ctx context.Context, r claimedRow, leaseEnd time.Time, flush func()) (_ settlement, taken bool) {
 	// The handler's time is the lease's: when it ends, another subscriber
-	// may claim the row.
-	msgCtx, cancel := context.WithDeadline(ctx, leaseEnd)
+	// may claim the row. A subscription that stops (shutdown stops intake
+	// first) does not cut it short: a handler finishing then must still
+	// settle what it has done. Only Close does.
+	msgCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), leaseEnd)
 	defer cancel() // the message's context ends with its settlement
+	stopOnClose := context.AfterFunc(sub.closing, cancel)
+	defer stopOnClose()
 	r.msg.SetContext(msgCtx)
 	// Taken later, the message would have less than its time.
 	stale := time.NewTimer(time.Until(leaseEnd.Add(-(sub.deadline - sub.leaseSlack()))))
@@ -285,8 +292,8 @@ wait:
 		return settlement{row: r, action: nackIt, delay: delay}, true
 	default:
 	}
-	if ctx.Err() != nil {
-		// Close or the subscription's context: the row goes back at once.
+	if sub.closing.Err() != nil {
+		// Close: the row goes back at once.
 		return settlement{row: r, action: release}, true
 	}
 	// The ack deadline: the lease has ended, the row is anyone's again.
