@@ -24,7 +24,7 @@ func TestRoute(t *testing.T) {
 	r := rs[0]
 	assert.Equal(t, "booking-session-processor", r.Name)
 	assert.Equal(t, "booking-session-events.fifo", r.Queue)
-	assert.Equal(t, route.Policy{MaxAttempts: 5, Redelivery: route.Broker, Backoff: booking.DefaultBackoff(),
+	assert.Equal(t, route.Policy{MaxAttempts: 5, Redelivery: route.InProcess, Backoff: booking.DefaultBackoff(),
 		OnPermanent: route.FailUntilMax, DeadLetterQueue: "booking-session-events-dlq.fifo"}, r.Policy)
 	require.NoError(t, r.Policy.Validate())
 	require.NoError(t, r.Validate([]byte(specExample)))

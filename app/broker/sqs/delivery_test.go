@@ -141,7 +141,7 @@ func TestCloseReleasesUnsettled(t *testing.T) {
 	t.Parallel()
 	c := rawClient(t)
 	topic, url := queueWithVisibility(t, c, "30")
-	logs := watermill.NewCaptureLogger()
+	logs := newSyncLogs()
 	cfg := queueVisibilityConfig(t)
 	cfg.DrainTimeout = 500 * time.Millisecond
 	ps, err := sqs.New(context.Background(), cfg, logs)
@@ -165,7 +165,7 @@ func TestCloseReleasesUnsettled(t *testing.T) {
 	require.Len(t, again, 1, "released: visible again well before the 30 s visibility timeout")
 
 	logged := false
-	for _, l := range logs.Captured()[watermill.InfoLogLevel] {
+	for _, l := range logs.at(watermill.InfoLogLevel) {
 		if strings.Contains(l.Msg, "releasing") && l.Fields["message_uuid"] == held.UUID {
 			logged = true
 		}

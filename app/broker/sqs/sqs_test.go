@@ -522,7 +522,7 @@ func (u failingUnmarshaler) Unmarshal(m *types.Message) (*message.Message, error
 // redrive policy); the rest of the queue flows.
 func TestUnmarshalFailureDoesNotBlock(t *testing.T) {
 	t.Parallel()
-	logs := watermill.NewCaptureLogger()
+	logs := newSyncLogs()
 	cfg := testConfig(t)
 	cfg.Unmarshaler = failingUnmarshaler{}
 	ps, err := sqs.New(context.Background(), cfg, logs)
@@ -554,7 +554,7 @@ func TestUnmarshalFailureDoesNotBlock(t *testing.T) {
 	}, 5*time.Second, 50*time.Millisecond)
 
 	logged := false
-	for _, l := range logs.Captured()[watermill.ErrorLogLevel] {
+	for _, l := range logs.at(watermill.ErrorLogLevel) {
 		if strings.Contains(l.Msg, "unmarshal") && l.Fields["message_id"] != "" {
 			logged = true
 		}
@@ -680,7 +680,7 @@ func TestReceiveSurvivesOutage(t *testing.T) {
 
 	cfg := testConfig(t)
 	cfg.Endpoint = srv.URL
-	logs := watermill.NewCaptureLogger()
+	logs := newSyncLogs()
 	ps, err := sqs.New(context.Background(), cfg, logs)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = ps.Close() })
@@ -695,7 +695,7 @@ func TestReceiveSurvivesOutage(t *testing.T) {
 	// Two workers, each retried by the SDK (3 attempts) and backed off by us:
 	// a few dozen requests, not a busy loop's thousands.
 	assert.Less(t, o.requests.Load(), int32(100), "requests while down")
-	assert.NotEmpty(t, logs.Captured()[watermill.ErrorLogLevel], "receive errors are logged")
+	assert.NotEmpty(t, logs.at(watermill.ErrorLogLevel), "receive errors are logged")
 
 	sent := newMessages(1)[0]
 	require.NoError(t, newPubSub(t, testConfig(t)).Publish(topic, sent))
