@@ -504,7 +504,8 @@ func (p *PubSub) consumeOnce(ctx context.Context, topic string, out chan<- *mess
 	if err := p.topology.Declare(ch, topic); err != nil {
 		return false, err
 	}
-	deliveries, err := ch.Consume(p.topology.Queue(topic), "", false, false, false, false, nil)
+	src := source{queue: p.topology.Queue(topic), typ: typeOfQueue(p.topology, topic)}
+	deliveries, err := ch.Consume(src.queue, "", false, false, false, false, nil)
 	if err != nil {
 		return false, fmt.Errorf("consume: %w", err)
 	}
@@ -514,7 +515,7 @@ func (p *PubSub) consumeOnce(ctx context.Context, topic string, out chan<- *mess
 			if !ok {
 				return true, channelError(closed)
 			}
-			if err := p.deliver(ctx, p.topology.Queue(topic), d, out, closed); err != nil {
+			if err := p.deliver(ctx, src, d, out, closed); err != nil {
 				return true, err
 			}
 		case amqpErr := <-closed:
@@ -525,9 +526,15 @@ func (p *PubSub) consumeOnce(ctx context.Context, topic string, out chan<- *mess
 	}
 }
 
+// source is the queue a subscription consumes from, and its type.
+type source struct {
+	queue string
+	typ   QueueType
+}
+
 // deliver hands one delivery to the subscriber and settles it as the
 // subscriber says. It returns an error when the subscription must stop.
-func (p *PubSub) deliver(ctx context.Context, queue string, d amqp.Delivery, out chan<- *message.Message, closed <-chan *amqp.Error) error {
+func (p *PubSub) deliver(ctx context.Context, src source, d amqp.Delivery, out chan<- *message.Message, closed <-chan *amqp.Error) error {
 	msg, err := p.marshaler.Unmarshal(d)
 	if err != nil {
 		// Unreachable with Marshaler; requeueing would loop, so refuse.
@@ -537,7 +544,7 @@ func (p *PubSub) deliver(ctx context.Context, queue string, d amqp.Delivery, out
 	if d.Redelivered {
 		msg.Metadata.Set(wamqp.MetadataRedeliveredKey, "true")
 	}
-	setAttempt(msg, d)
+	setAttempt(msg, d, src.typ)
 	msgCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	msg.SetContext(msgCtx)
@@ -562,9 +569,9 @@ func (p *PubSub) deliver(ctx context.Context, queue string, d amqp.Delivery, out
 			return fmt.Errorf("ack %s: %w", msg.UUID, err)
 		}
 	case <-msg.Nacked():
-		if err := p.redeliverCounted(ctx, queue, d, msg); err != nil {
+		if err := p.redeliverCounted(ctx, src.queue, src.typ, d, msg); err != nil {
 			p.logger.Error("Counted redelivery failed, requeueing the message uncounted", err,
-				watermill.LogFields{"message_uuid": msg.UUID, "amqp_queue": queue})
+				watermill.LogFields{"message_uuid": msg.UUID, "amqp_queue": src.queue})
 			if err := d.Nack(false, true); err != nil {
 				return fmt.Errorf("nack %s: %w", msg.UUID, err)
 			}
