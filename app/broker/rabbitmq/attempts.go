@@ -2,10 +2,12 @@ package rabbitmq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -19,27 +21,48 @@ import (
 // counts only what eventpipe or the broker counted: a publisher's x-attempt is
 // carried, not trusted (DESIGN, "one attempt number, same on every broker").
 //
-// RabbitMQ counts deliveries only on quorum queues (x-delivery-count, since
-// 3.10 on every redelivery); a classic queue only flags a redelivery. So
-// eventpipe counts itself: a nacked message is not requeued but published
-// again to its own queue with its count one higher in x-eventpipe-attempt, a
-// header only this adapter sets and only on such a copy (and in x-attempt, for
-// the contract's readers, and x-first-failure-at); the original is acked once
-// the copy is confirmed. The copy goes to the back of the queue, as an SQS or
-// Postgres redelivery would. If the copy cannot be published the original is
-// requeued as before, and that attempt is not counted.
+// Quorum queues count deliveries themselves (x-delivery-count, which the
+// broker sets on every redelivery and overwrites when a publisher set it), so
+// a nack there is a native requeue: the count and x-delivery-limit, with the
+// queue's dead-letter exchange, work as RabbitMQ documents them.
+//
+// Classic queues count nothing; they only flag a redelivery. So eventpipe
+// counts itself, in x-eventpipe-attempt, a header only this adapter sets and
+// only on a copy it republishes to the message's own queue (through the
+// default exchange, so no other bound queue gets it), with x-attempt set to
+// the same number for the contract's readers and x-first-failure-at:
+//
+//   - A nack republishes the message with its count one higher; the original
+//     is acked once the copy is confirmed, and the copy is handled only once
+//     the broker has processed that ack (source.ackBarrier), so a consumer
+//     dying in between cannot leave both. The copy goes to the back of the
+//     queue, as an SQS or Postgres redelivery would. If the copy cannot be
+//     published the original is requeued as before.
+//   - A delivery flagged redelivered was delivered before and never settled:
+//     its consumer crashed or lost its connection. It is republished with
+//     that attempt counted, the original acked after the confirm, and it is
+//     not handed to the handler: the copy is, when it comes back. (Handing
+//     over the delivery in hand instead would leave the confirmed copy in the
+//     queue as a second, later delivery of the same attempt.) So a message
+//     that kills its consumer every time still reaches its attempt limit. If
+//     the copy cannot be published the delivery is handed over as it is, its
+//     attempt counted for this delivery only: a broker that refuses
+//     publishes must not stop consumption, nor make a redelivery spin.
 //
 // A delivery's attempt number is eventpipe's count (x-eventpipe-attempt, 0 on
-// a message no eventpipe republished) plus the redeliveries the broker made
-// of it without a nack — after a consumer crashed or lost its connection:
-// x-delivery-count on a quorum queue, which the broker sets itself (it
-// overwrites a publisher's), 1 on a classic queue that flags the delivery as
-// redelivered (it cannot say how many). On a classic queue x-delivery-count
-// is a publisher's header like any other and counts nothing.
+// a message no eventpipe republished) plus the broker's count of the
+// redeliveries since: x-delivery-count on a quorum queue, 1 on a classic
+// queue's flagged redelivery. On a classic queue x-delivery-count is a
+// publisher's header like any other and counts nothing.
 //
 // A publisher's x-attempt other than 0 is kept in MetadataPublisherAttempt
 // (and, on eventpipe's copies, in the header of that name), so a handler can
 // still log what the peer counted.
+//
+// Deliveries still unsettled at shutdown, prefetched but never handled, are
+// returned by closing the channel, so they come back flagged redelivered and
+// count one attempt, on both queue types alike: the broker cannot tell them
+// from a crash.
 
 const (
 	// headerDeliveryCount is the header in which quorum queues count
@@ -139,10 +162,29 @@ func isZero(v any) bool {
 	return HeaderString(v) == "0"
 }
 
-// redeliverCounted publishes a copy of the nacked delivery d to its own queue
-// with the attempt count raised, and waits for the broker's confirm. The
-// caller acks d only if it succeeds.
-func (p *PubSub) redeliverCounted(ctx context.Context, queue string, qt QueueType, d amqp.Delivery, msg *message.Message) error {
+// recount settles a flagged redelivery from a classic queue (see above): it
+// republishes the message with its attempt counted, then acks the original.
+// done is false when the copy could not be published; the caller then hands
+// the delivery over as it is. err is an ack failure that must end the
+// subscription.
+func (p *PubSub) recount(ctx context.Context, src source, d amqp.Delivery, msg *message.Message) (done bool, err error) {
+	if err := p.republish(ctx, src.queue, d, msg, attemptOf(d, src.typ)); err != nil {
+		p.logger.Error("Counting a redelivery failed, handling it with the attempt counted for this delivery only", err,
+			watermill.LogFields{"message_uuid": msg.UUID, "amqp_queue": src.queue})
+		return false, nil
+	}
+	if err := errors.Join(d.Ack(false), src.ackBarrier()); err != nil {
+		// The copy is in the queue; the original comes back too once the
+		// channel closes: a duplicate, which consumers absorb.
+		return true, fmt.Errorf("ack %s after counting its redelivery: %w", msg.UUID, err)
+	}
+	return true, nil
+}
+
+// republish publishes a copy of delivery d to its own queue with eventpipe's
+// count set to attempt, and waits for the broker's confirm. The caller acks d
+// only if it succeeds.
+func (p *PubSub) republish(ctx context.Context, queue string, d amqp.Delivery, msg *message.Message, attempt int) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.PublishTimeout)
 	defer cancel()
 	ch, err := p.acquire(ctx)
@@ -164,9 +206,8 @@ func (p *PubSub) redeliverCounted(ctx context.Context, queue string, qt QueueTyp
 		}
 	}
 	delete(headers, headerDeliveryCount)
-	attempt := int32(attemptOf(d, qt) + 1)
-	headers[headerOwnAttempt] = attempt
-	headers[metadata.AttemptKey] = attempt
+	headers[headerOwnAttempt] = int32(attempt)
+	headers[metadata.AttemptKey] = int32(attempt)
 	first := msg.Metadata.Get(metadata.FirstFailureKey)
 	if _, err := time.Parse(time.RFC3339Nano, first); err != nil {
 		first = time.Now().UTC().Format(time.RFC3339Nano)

@@ -2,9 +2,12 @@ package rabbitmq_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -73,5 +76,48 @@ func TestPublisherAttemptIsNotTrusted(t *testing.T) {
 				assert.Equal(t, "99", again.Metadata.Get(rabbitmq.MetadataPublisherAttempt), "still carried")
 			})
 		}
+	}
+}
+
+// A message that kills its consumer every time (kill -9: the connection
+// drops, nothing is settled) is counted every time, on both queue types, so
+// it reaches its attempt limit instead of looping forever. Nothing is left
+// behind: each redelivery was settled once its count was.
+func TestCrashLoopCountsEveryAttempt(t *testing.T) {
+	t.Parallel()
+	amqpURL, _ := newVhost(t)
+	const crashes = 3
+	for _, qt := range queueTypes {
+		t.Run(string(qt), func(t *testing.T) {
+			t.Parallel()
+			withType := func(c *rabbitmq.Config) { c.QueueType = qt }
+			publisher := newPubSub(t, amqpURL, withType)
+			topic := brokertest.Topic(t)
+			sent := message.NewMessage(watermill.NewUUID(), []byte("crash me"))
+			require.NoError(t, publisher.Publish(topic, sent))
+
+			for i := range crashes {
+				proxy, viaProxy := proxyURL(t, amqpURL)
+				ps := newPubSub(t, viaProxy, withType)
+				msgs, err := ps.Subscribe(context.Background(), topic)
+				require.NoError(t, err)
+				got := brokertest.Next(t, msgs, 30*time.Second)
+				require.Equal(t, sent.UUID, got.UUID)
+				require.Equal(t, strconv.Itoa(i), got.Metadata.Get(metadata.AttemptKey), "delivery %d", i+1)
+				proxy.kill() // the consumer dies holding the message
+				require.NoError(t, ps.Close())
+			}
+
+			ps := newPubSub(t, amqpURL, withType)
+			msgs, err := ps.Subscribe(context.Background(), topic)
+			require.NoError(t, err)
+			got := brokertest.Next(t, msgs, 30*time.Second)
+			got.Ack()
+			assert.Equal(t, sent.UUID, got.UUID)
+			assert.Equal(t, strconv.Itoa(crashes), got.Metadata.Get(metadata.AttemptKey), "every crash counted")
+			stats, err := ps.QueueStats(context.Background(), topic)
+			require.NoError(t, err)
+			assert.Zero(t, stats.Ready, "no copy left behind")
+		})
 	}
 }

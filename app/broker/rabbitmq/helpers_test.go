@@ -3,6 +3,9 @@ package rabbitmq_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -100,4 +103,90 @@ func (l recordingLogger) find(msg string) []logLine {
 
 func (l logLine) String() string {
 	return fmt.Sprintf("%s %q err=%v %v", l.level, l.msg, l.err, l.fields)
+}
+
+// tcpProxy forwards TCP connections to a target (RabbitMQ) until the test
+// ends, so that a test can cut them the way a dying process or a broken
+// network would, without touching the broker.
+type tcpProxy struct {
+	t      testing.TB
+	target string
+	l      net.Listener
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	conns  []net.Conn
+	killed bool
+}
+
+// newTCPProxy listens on addr ("127.0.0.1:0" for any port) and forwards to
+// target. It may run outside the test's goroutine: when it cannot listen it
+// fails the test and returns nil.
+func newTCPProxy(t testing.TB, addr, target string) *tcpProxy {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Errorf("proxy listen %s: %v", addr, err)
+		return nil
+	}
+	p := &tcpProxy{t: t, target: target, l: l}
+	t.Cleanup(p.kill)
+	p.wg.Add(1)
+	go p.accept()
+	return p
+}
+
+// proxyURL returns amqpURL with its host replaced by a new tcpProxy's.
+func proxyURL(t testing.TB, amqpURL string) (*tcpProxy, string) {
+	t.Helper()
+	u, err := url.Parse(amqpURL)
+	require.NoError(t, err)
+	p := newTCPProxy(t, "127.0.0.1:0", u.Host)
+	if p == nil {
+		t.FailNow()
+	}
+	u.Host = p.l.Addr().String()
+	return p, u.String()
+}
+
+func (p *tcpProxy) accept() {
+	defer p.wg.Done()
+	for {
+		in, err := p.l.Accept()
+		if err != nil {
+			return
+		}
+		out, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = in.Close()
+			continue
+		}
+		p.mu.Lock()
+		if p.killed {
+			p.mu.Unlock()
+			_ = in.Close()
+			_ = out.Close()
+			return
+		}
+		p.conns = append(p.conns, in, out)
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go func() { defer p.wg.Done(); _, _ = io.Copy(out, in); _ = out.Close() }()
+		go func() { defer p.wg.Done(); _, _ = io.Copy(in, out); _ = in.Close() }()
+	}
+}
+
+// kill closes every connection and stops accepting new ones: to the broker,
+// the client is gone (as after kill -9), and the client cannot reconnect.
+func (p *tcpProxy) kill() {
+	p.mu.Lock()
+	p.killed = true
+	conns := p.conns
+	p.conns = nil
+	p.mu.Unlock()
+	_ = p.l.Close()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	p.wg.Wait()
 }

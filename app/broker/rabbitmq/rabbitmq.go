@@ -504,7 +504,7 @@ func (p *PubSub) consumeOnce(ctx context.Context, topic string, out chan<- *mess
 	if err := p.topology.Declare(ch, topic); err != nil {
 		return false, err
 	}
-	src := source{queue: p.topology.Queue(topic), typ: typeOfQueue(p.topology, topic)}
+	src := source{queue: p.topology.Queue(topic), typ: typeOfQueue(p.topology, topic), ch: ch, prefetch: prefetch}
 	deliveries, err := ch.Consume(src.queue, "", false, false, false, false, nil)
 	if err != nil {
 		return false, fmt.Errorf("consume: %w", err)
@@ -526,10 +526,26 @@ func (p *PubSub) consumeOnce(ctx context.Context, topic string, out chan<- *mess
 	}
 }
 
-// source is the queue a subscription consumes from, and its type.
+// source is the queue a subscription consumes from, its type, and the
+// channel and prefetch it consumes with.
 type source struct {
-	queue string
-	typ   QueueType
+	queue    string
+	typ      QueueType
+	ch       *amqp.Channel
+	prefetch int
+}
+
+// ackBarrier returns once the broker has processed every ack sent before on
+// src's channel: AMQP acks are not confirmed, but a channel's methods are
+// processed in order, and basic.qos (the same prefetch again) is answered.
+// After a counted copy is confirmed, the original must be settled before the
+// copy can be handled: a consumer dying in between would otherwise leave both
+// in the queue.
+func (src source) ackBarrier() error {
+	if err := src.ch.Qos(src.prefetch, 0, false); err != nil {
+		return fmt.Errorf("ack barrier: %w", err)
+	}
+	return nil
 }
 
 // deliver hands one delivery to the subscriber and settles it as the
@@ -545,6 +561,11 @@ func (p *PubSub) deliver(ctx context.Context, src source, d amqp.Delivery, out c
 		msg.Metadata.Set(wamqp.MetadataRedeliveredKey, "true")
 	}
 	setAttempt(msg, d, src.typ)
+	if d.Redelivered && src.typ != QueueQuorum {
+		if done, err := p.recount(ctx, src, d, msg); done || err != nil {
+			return err
+		}
+	}
 	msgCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	msg.SetContext(msgCtx)
@@ -569,18 +590,8 @@ func (p *PubSub) deliver(ctx context.Context, src source, d amqp.Delivery, out c
 			return fmt.Errorf("ack %s: %w", msg.UUID, err)
 		}
 	case <-msg.Nacked():
-		if err := p.redeliverCounted(ctx, src.queue, src.typ, d, msg); err != nil {
-			p.logger.Error("Counted redelivery failed, requeueing the message uncounted", err,
-				watermill.LogFields{"message_uuid": msg.UUID, "amqp_queue": src.queue})
-			if err := d.Nack(false, true); err != nil {
-				return fmt.Errorf("nack %s: %w", msg.UUID, err)
-			}
-			return nil
-		}
-		if err := d.Ack(false); err != nil {
-			// The copy is in the queue; the original comes back too once
-			// the channel closes: a duplicate, which consumers absorb.
-			return fmt.Errorf("ack %s after its counted redelivery: %w", msg.UUID, err)
+		if err := p.settleNack(ctx, src, d, msg); err != nil {
+			return err
 		}
 	case <-p.closeCtx.Done():
 		// Returned to the queue by the channel's close, as above.
@@ -588,6 +599,28 @@ func (p *PubSub) deliver(ctx context.Context, src source, d amqp.Delivery, out c
 	case amqpErr := <-closed:
 		// The broker requeues the delivery itself.
 		return closeError(amqpErr)
+	}
+	return nil
+}
+
+// settleNack gives a nacked delivery back to its queue: natively on a quorum
+// queue, which counts it, as a counted copy on a classic queue (attempts.go).
+func (p *PubSub) settleNack(ctx context.Context, src source, d amqp.Delivery, msg *message.Message) error {
+	if src.typ != QueueQuorum {
+		err := p.republish(ctx, src.queue, d, msg, attemptOf(d, src.typ)+1)
+		if err == nil {
+			if err := errors.Join(d.Ack(false), src.ackBarrier()); err != nil {
+				// The copy is in the queue; the original comes back too once
+				// the channel closes: a duplicate, which consumers absorb.
+				return fmt.Errorf("ack %s after its counted redelivery: %w", msg.UUID, err)
+			}
+			return nil
+		}
+		p.logger.Error("Counted redelivery failed, requeueing the message", err,
+			watermill.LogFields{"message_uuid": msg.UUID, "amqp_queue": src.queue})
+	}
+	if err := d.Nack(false, true); err != nil {
+		return fmt.Errorf("nack %s: %w", msg.UUID, err)
 	}
 	return nil
 }
