@@ -55,6 +55,15 @@ import (
 // queue's flagged redelivery. On a classic queue x-delivery-count is a
 // publisher's header like any other and counts nothing.
 //
+// A message published without message_id (rabbitmqadmin, StackUp §9's smoke
+// message) is given a fresh UUID on delivery, and every copy eventpipe
+// republishes carries the UUID of the delivery it copies as message_id: from
+// its first republish on, the message keeps its id. On a quorum queue such a
+// message's nack is therefore a counted copy too, not a native requeue (its
+// x-delivery-count restarts on the copy; eventpipe's count carries the
+// total). Only a native redelivery before the first republish — its first
+// consumer crashed — gets a new id: the old one died with that consumer.
+//
 // A publisher's x-attempt other than 0 is kept in MetadataPublisherAttempt
 // (and, on eventpipe's copies, in the header of that name), so a handler can
 // still log what the peer counted.
@@ -162,6 +171,16 @@ func isZero(v any) bool {
 	return HeaderString(v) == "0"
 }
 
+// copyID is the message_id of a copy of d: its own, or else the id the
+// adapter gave it (Marshaler.Unmarshal), so a message published without one
+// keeps that id from its first republish on.
+func copyID(d amqp.Delivery, msg *message.Message) string {
+	if d.MessageId != "" {
+		return d.MessageId
+	}
+	return msg.UUID
+}
+
 // recount settles a flagged redelivery from a classic queue (see above): it
 // republishes the message with its attempt counted, then acks the original.
 // done is false when the copy could not be published; the caller then hands
@@ -223,7 +242,7 @@ func (p *PubSub) republish(ctx context.Context, queue string, d amqp.Delivery, m
 		CorrelationId:   d.CorrelationId,
 		ReplyTo:         d.ReplyTo,
 		Expiration:      d.Expiration,
-		MessageId:       d.MessageId,
+		MessageId:       copyID(d, msg),
 		Timestamp:       d.Timestamp,
 		Type:            d.Type,
 		UserId:          d.UserId,

@@ -121,3 +121,39 @@ func TestCrashLoopCountsEveryAttempt(t *testing.T) {
 		})
 	}
 }
+
+// A foreign message without message_id gets an id on its first delivery and
+// keeps it across its redeliveries, nacked or crashed, so that its retries
+// can be followed: the copies eventpipe republishes carry it as message_id.
+func TestMessageWithoutIDKeepsItsID(t *testing.T) {
+	t.Parallel()
+	amqpURL, _ := newVhost(t)
+	for _, qt := range queueTypes {
+		t.Run(string(qt), func(t *testing.T) {
+			t.Parallel()
+			withType := func(c *rabbitmq.Config) { c.QueueType = qt }
+			topic := brokertest.Topic(t)
+			require.NoError(t, newPubSub(t, amqpURL, withType).SubscribeInitialize(topic))
+			publishRaw(t, amqpURL, topic, amqp.Publishing{Body: []byte(`{"messageId":"smoke-1"}`)})
+
+			proxy, viaProxy := proxyURL(t, amqpURL)
+			dying := newPubSub(t, viaProxy, withType)
+			msgs, err := dying.Subscribe(context.Background(), topic)
+			require.NoError(t, err)
+			first := brokertest.Next(t, msgs, 30*time.Second)
+			first.Nack()
+			again := brokertest.Next(t, msgs, 30*time.Second)
+			assert.Equal(t, first.UUID, again.UUID, "the same id after a nack")
+			proxy.kill()
+			require.NoError(t, dying.Close())
+
+			ps := newPubSub(t, amqpURL, withType)
+			msgs, err = ps.Subscribe(context.Background(), topic)
+			require.NoError(t, err)
+			last := brokertest.Next(t, msgs, 30*time.Second)
+			last.Ack()
+			assert.Equal(t, first.UUID, last.UUID, "the same id after a crash")
+			assert.Equal(t, "2", last.Metadata.Get(metadata.AttemptKey))
+		})
+	}
+}

@@ -46,8 +46,9 @@ const (
 //     HeaderString for the conversions.
 //   - A message without the Watermill UUID header (a foreign publisher,
 //     rabbitmqadmin) takes its UUID from the AMQP message_id property, else a
-//     fresh one. A fresh UUID differs on every redelivery: it is not an
-//     idempotency key, the envelope's own id is.
+//     fresh one. The subscriber's counted copies carry that UUID as their
+//     message_id (attempts.go), so it holds across retries; it is still not
+//     an idempotency key, the envelope's own id is.
 //   - Publishing writes x-attempt 0 and drops x-first-failure-at and
 //     x-eventpipe-attempt: attempts are counted by the consuming adapter
 //     (attempts.go), never by a publisher.

@@ -604,9 +604,10 @@ func (p *PubSub) deliver(ctx context.Context, src source, d amqp.Delivery, out c
 }
 
 // settleNack gives a nacked delivery back to its queue: natively on a quorum
-// queue, which counts it, as a counted copy on a classic queue (attempts.go).
+// queue, which counts it, as a counted copy on a classic queue and for a
+// message without message_id, whose id only a copy can keep (attempts.go).
 func (p *PubSub) settleNack(ctx context.Context, src source, d amqp.Delivery, msg *message.Message) error {
-	if src.typ != QueueQuorum {
+	if src.typ != QueueQuorum || d.MessageId == "" {
 		err := p.republish(ctx, src.queue, d, msg, attemptOf(d, src.typ)+1)
 		if err == nil {
 			if err := errors.Join(d.Ack(false), src.ackBarrier()); err != nil {
