@@ -206,11 +206,11 @@ func (p *PubSub) recount(ctx context.Context, src source, d amqp.Delivery, msg *
 func (p *PubSub) republish(ctx context.Context, queue string, d amqp.Delivery, msg *message.Message, attempt int) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.PublishTimeout)
 	defer cancel()
-	ch, err := p.acquire(ctx)
+	pc, err := p.acquire(ctx)
 	if err != nil {
 		return err
 	}
-	defer func() { p.pool <- ch }()
+	defer func() { p.release(pc) }()
 
 	headers := make(amqp.Table, len(d.Headers)+4)
 	for k, v := range d.Headers {
@@ -251,19 +251,11 @@ func (p *PubSub) republish(ctx context.Context, queue string, d amqp.Delivery, m
 	}
 	// The default exchange routes by queue name: the copy reaches this queue
 	// only, not every queue bound to the exchange it first came through.
-	confirm, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, false, false, pub)
+	err = p.publishOn(ctx, pc, "", queue, 1, func(int) (amqp.Publishing, context.Context, error) {
+		return pub, context.Background(), nil
+	})
 	if err != nil {
 		return fmt.Errorf("republish %s: %w", msg.UUID, err)
-	}
-	if p.cfg.DisableConfirms {
-		return nil
-	}
-	acked, err := confirm.WaitContext(ctx)
-	switch {
-	case err != nil:
-		return fmt.Errorf("republish %s: waiting for the confirm: %w", msg.UUID, err)
-	case !acked:
-		return fmt.Errorf("republish %s: %w", msg.UUID, ErrNotConfirmed)
 	}
 	return nil
 }

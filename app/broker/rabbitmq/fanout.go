@@ -95,3 +95,10 @@ func (f InstanceFanout) QueueType(topic string) QueueType {
 	}
 	return typeOfQueue(f.fallback(), topic)
 }
+
+// forget passes on to the fallback, which may remember its declarations.
+func (f InstanceFanout) forget() {
+	if fb, ok := f.fallback().(forgetter); ok {
+		fb.forget()
+	}
+}

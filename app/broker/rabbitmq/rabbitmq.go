@@ -1,7 +1,9 @@
 // Package rabbitmq is the RabbitMQ broker. By default a topic is a durable
 // queue, published to through the default exchange with the queue name as
 // routing key, so the subscribers of one topic compete for its messages.
-// Publishes are persistent and wait for the broker's publisher confirms.
+// Publishes are persistent and mandatory, and wait for the broker's publisher
+// confirms: a message no queue took is an error (*UnroutableError), not a
+// confirmed success.
 //
 // It speaks AMQP through amqp091-go and keeps watermill-amqp's wire format
 // (its DefaultMarshaler, wrapped by Marshaler), but not watermill-amqp's
@@ -74,8 +76,10 @@ type Config struct {
 
 	// DisableConfirms turns publisher confirms off: Publish then returns once
 	// the message is written to the socket, and a message the broker drops
-	// (a full queue, a crash) is lost without an error. Confirms are on by
-	// default; only benchmarks should turn them off.
+	// (a full queue, a crash, no queue bound: without confirms a return
+	// cannot be matched to its publish, so publishes are not mandatory) is
+	// lost without an error. Confirms are on by default; only benchmarks
+	// should turn them off.
 	DisableConfirms bool
 
 	// PublishTimeout bounds one Publish call: waiting for a free channel,
@@ -208,11 +212,11 @@ type PubSub struct {
 	subConn *connection
 	// pool holds ChannelPoolSize publish channels, opened on first use and
 	// reopened when found closed; a slot always goes back, even empty.
-	pool chan *amqp.Channel
+	pool chan *pubChannel
 
 	// declared holds the topics whose topology is in place, so that Publish
 	// declares once and never loses a message as unroutable because nobody
-	// has subscribed yet.
+	// has subscribed yet. A return clears the topic (forgetDeclared).
 	declared sync.Map
 
 	// mu guards closed; publishes hold it shared so that Close waits for
@@ -249,7 +253,7 @@ func New(ctx context.Context, cfg Config, logger watermill.LoggerAdapter) (*PubS
 		cfg:      cfg,
 		topology: cfg.Topology,
 		logger:   logger,
-		pool:     make(chan *amqp.Channel, cfg.ChannelPoolSize),
+		pool:     make(chan *pubChannel, cfg.ChannelPoolSize),
 	}
 	p.closeCtx, p.closeCancel = context.WithCancel(context.Background())
 	if p.topology == nil {
@@ -274,8 +278,9 @@ func New(ctx context.Context, cfg Config, logger watermill.LoggerAdapter) (*PubS
 
 // Publish checks the payload limit, declares the topic's topology on first
 // use, and publishes the messages in order on one channel. With confirms on,
-// it sends them all, then waits until the broker has confirmed each one; it
-// returns an error wrapping ErrNotConfirmed if the broker refused one, and
+// it sends them all, mandatory, then waits until the broker has confirmed
+// each one; it returns an error wrapping ErrNotConfirmed if the broker
+// refused one, a *UnroutableError if it returned one that no queue took, and
 // ErrNotConnected while reconnecting. After an error some of the messages
 // may have been stored: publish again, consumers deduplicate.
 func (p *PubSub) Publish(topic string, msgs ...*message.Message) error {
@@ -294,100 +299,6 @@ func (p *PubSub) Publish(topic string, msgs ...*message.Message) error {
 		return fmt.Errorf("publish %s: %w", topic, err)
 	}
 	return nil
-}
-
-func (p *PubSub) publish(topic string, msgs []*message.Message) error {
-	deadline := time.Now().Add(p.cfg.PublishTimeout)
-	ctx, cancel := context.WithDeadline(msgs[0].Context(), deadline)
-	defer cancel()
-
-	ch, err := p.acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { p.pool <- ch }()
-
-	if _, ok := p.declared.Load(topic); !ok {
-		if err := p.topology.Declare(ch, topic); err != nil {
-			return err
-		}
-		p.declared.Store(topic, struct{}{})
-	}
-
-	// Each message's own context and the call's deadline (ctx) bound its
-	// send and its confirm. They are checked as they are, not through a
-	// context derived per message: those two timers per message were 8 % of
-	// the CPU time of a 100-message publish (BENCHMARKS.md, R1).
-	exchange, key := p.topology.Route(topic)
-	confirms := make([]*amqp.DeferredConfirmation, len(msgs))
-	for i, msg := range msgs {
-		pub, err := p.marshaler.Marshal(msg)
-		if err != nil {
-			return fmt.Errorf("message %s: %w", msg.UUID, err)
-		}
-		if err := msg.Context().Err(); err != nil {
-			return fmt.Errorf("message %s: %w", msg.UUID, err)
-		}
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("message %s: %w", msg.UUID, err)
-		}
-		confirms[i], err = ch.PublishWithDeferredConfirm(exchange, key, false, false, pub)
-		if err != nil {
-			return fmt.Errorf("message %s: %w", msg.UUID, err)
-		}
-	}
-	if p.cfg.DisableConfirms {
-		return nil
-	}
-	for i, msg := range msgs {
-		var acked bool
-		var err error
-		select {
-		case <-confirms[i].Done():
-			acked = confirms[i].Acked()
-		case <-msg.Context().Done():
-			err = msg.Context().Err()
-		case <-ctx.Done():
-			err = ctx.Err()
-		}
-		switch {
-		case err != nil:
-			return fmt.Errorf("message %s: waiting for the publisher confirm: %w", msg.UUID, err)
-		case !acked && ch.IsClosed():
-			// amqp091 nacks what was pending when the channel closed.
-			return fmt.Errorf("message %s: channel closed before the broker confirmed: %w", msg.UUID, ErrNotConnected)
-		case !acked:
-			return fmt.Errorf("message %s: %w", msg.UUID, ErrNotConfirmed)
-		}
-	}
-	return nil
-}
-
-// acquire takes a channel from the pool, opening it if it is new or was
-// closed (by a broker error or a lost connection). On error the slot goes
-// back to the pool empty, so the pool never shrinks.
-func (p *PubSub) acquire(ctx context.Context) (*amqp.Channel, error) {
-	var ch *amqp.Channel
-	select {
-	case ch = <-p.pool:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting for a free publish channel: %w", ctx.Err())
-	}
-	if ch != nil && !ch.IsClosed() {
-		return ch, nil
-	}
-	ch, err := p.pubConn.channel()
-	if err == nil && !p.cfg.DisableConfirms {
-		if err = ch.Confirm(false); err != nil {
-			_ = ch.Close()
-			err = fmt.Errorf("enable publisher confirms: %w", err)
-		}
-	}
-	if err != nil {
-		p.pool <- nil
-		return nil, err
-	}
-	return ch, nil
 }
 
 // SubscribeInitialize declares the topic's topology, so that messages
@@ -670,8 +581,8 @@ func (p *PubSub) Close() error {
 
 		p.subscriptions.Wait()
 		for range p.cfg.ChannelPoolSize {
-			if ch := <-p.pool; ch != nil {
-				_ = ch.Close()
+			if pc := <-p.pool; pc != nil {
+				_ = pc.ch.Close()
 			}
 		}
 		p.closeErr = errors.Join(p.subConn.close(), p.pubConn.close())

@@ -37,6 +37,12 @@ type QueueTyper interface {
 	QueueType(topic string) QueueType
 }
 
+// forgetter is implemented by a Topology that declares once and remembers it
+// (Declared): forget makes its next Declare declare again. The PubSub calls it
+// when the broker may have lost what was declared: a publish came back
+// unroutable, or a connection was re-established.
+type forgetter interface{ forget() }
+
 // typeOfQueue is the type of the queue topic is consumed from.
 func typeOfQueue(t Topology, topic string) QueueType {
 	if qt, ok := t.(QueueTyper); ok && qt.QueueType(topic) == QueueQuorum {
@@ -158,6 +164,16 @@ func (d *Declared) Declare(ch *amqp.Channel, topic string) error {
 	}
 	d.done = true
 	return nil
+}
+
+// forget makes the next Declare declare the whole topology again.
+func (d *Declared) forget() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.done = false
+	if f, ok := d.fallback.(forgetter); ok {
+		f.forget()
+	}
 }
 
 // Route publishes "<exchange>/<routing-key>" to the exchange, anything else
