@@ -33,6 +33,9 @@ type connection struct {
 	config   amqp.Config
 	cfg      Config
 	logger   watermill.LoggerAdapter
+	// reconnected runs after every redial, before the new connection is
+	// handed out: what was declared on the broker may be gone.
+	reconnected func()
 
 	// ctx ends when the connection is closed for good; it stops redialing.
 	ctx    context.Context
@@ -45,12 +48,14 @@ type connection struct {
 }
 
 // openConnection dials until it connects or ctx ends, then keeps the
-// connection open until close.
-func openConnection(ctx context.Context, name string, cfg Config, logger watermill.LoggerAdapter) (*connection, error) {
+// connection open until close. reconnected (may be nil) runs after every
+// redial, before the new connection is used.
+func openConnection(ctx context.Context, name string, cfg Config, logger watermill.LoggerAdapter, reconnected func()) (*connection, error) {
 	c := &connection{
-		name:     name,
-		url:      cfg.URL,
-		redacted: redactURL(cfg.URL),
+		reconnected: reconnected,
+		name:        name,
+		url:         cfg.URL,
+		redacted:    redactURL(cfg.URL),
 		config: amqp.Config{
 			Properties: amqp.Table{"connection_name": cfg.ConnectionName + " " + name},
 		},
@@ -162,6 +167,9 @@ func (c *connection) watch(conn *amqp.Connection) {
 			next, dialErr := c.dialUntil(c.ctx)
 			if dialErr != nil {
 				return // closing
+			}
+			if c.reconnected != nil {
+				c.reconnected()
 			}
 			c.set(next)
 			conn = next

@@ -2,9 +2,11 @@ package rabbitmq_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"sync"
 	"testing"
@@ -189,4 +191,41 @@ func (p *tcpProxy) kill() {
 		_ = c.Close()
 	}
 	p.wg.Wait()
+}
+
+// closeConnectionsViaAPI closes every client connection in vhost with the
+// management API (DELETE /api/connections/{name}), as an operator or a
+// broker-side failure would: cheaper than rabbitmqctl, which boots an Erlang
+// VM per call.
+func closeConnectionsViaAPI(t *testing.T, amqpURL, vhost string) {
+	t.Helper()
+	u, err := url.Parse(amqpURL)
+	require.NoError(t, err)
+	api := "http://" + net.JoinHostPort(u.Hostname(), "15672") + "/api"
+	user := u.User.Username()
+	pass, _ := u.User.Password()
+	do := func(method, path string) []byte {
+		req, err := http.NewRequest(method, api+path, nil)
+		require.NoError(t, err)
+		req.SetBasicAuth(user, pass)
+		req.Header.Set("X-Reason", "eventpipe test: dropping connections")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.Less(t, resp.StatusCode, 300, "%s %s: %s", method, path, body)
+		return body
+	}
+	// The API lists a connection a moment after it opens.
+	var conns []struct {
+		Name string `json:"name"`
+	}
+	require.Eventually(t, func() bool {
+		require.NoError(t, json.Unmarshal(do(http.MethodGet, "/vhosts/"+url.PathEscape(vhost)+"/connections"), &conns))
+		return len(conns) > 0
+	}, 10*time.Second, 100*time.Millisecond, "no connection to close in vhost %s", vhost)
+	for _, c := range conns {
+		do(http.MethodDelete, "/connections/"+url.PathEscape(c.Name))
+	}
 }

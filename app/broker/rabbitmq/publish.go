@@ -250,3 +250,14 @@ func (p *PubSub) forgetDeclared(topic string) {
 		f.forget()
 	}
 }
+
+// forgetAllDeclared makes every topic declare its topology again: after a
+// reconnect (of either connection), since a broker restarted without its data
+// has lost every queue, and a subscription resuming declares through the same
+// Topology.
+func (p *PubSub) forgetAllDeclared() {
+	p.declared.Clear()
+	if f, ok := p.topology.(forgetter); ok {
+		f.forget()
+	}
+}

@@ -1,7 +1,9 @@
 package rabbitmq_test
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -74,4 +76,52 @@ func TestPublishNoQueueTakesDeclaredTopology(t *testing.T) {
 
 	require.NoError(t, ps.Publish("core/generate.questions", message.NewMessage(watermill.NewUUID(), nil)))
 	assert.Equal(t, "1", queueDepth(t, vhost, "q.generate"), "declared again, then delivered")
+}
+
+// After a reconnect the adapter declares again before it publishes: the
+// broker may have lost what was declared (a restart without its data). Here
+// the queues are deleted while the adapter is not looking, then its
+// connections are closed from the server side; the first publish after the
+// reconnect is delivered.
+func TestRedeclareAfterReconnect(t *testing.T) {
+	t.Parallel()
+	amqpURL, vhost := newVhost(t)
+	declared, err := rabbitmq.NewDeclared(routingtest.Topology(), nil)
+	require.NoError(t, err)
+	plainTopic := brokertest.Topic(t)
+	type publisher struct {
+		topic, queue string
+		ps           *rabbitmq.PubSub
+		logger       recordingLogger
+	}
+	var pubs []publisher
+	for _, tc := range []struct {
+		topology     rabbitmq.Topology
+		topic, queue string
+	}{
+		{nil, plainTopic, plainTopic},
+		{declared, "core/generate.questions", "q.generate"},
+	} {
+		logger := newRecordingLogger()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ps, err := rabbitmq.New(ctx, rabbitmq.Config{
+			URL: amqpURL, Topology: tc.topology, ReconnectInitialInterval: 50 * time.Millisecond,
+		}, logger)
+		cancel()
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = ps.Close() })
+		require.NoError(t, ps.Publish(tc.topic, message.NewMessage(watermill.NewUUID(), nil)))
+		deleteQueue(t, amqpURL, tc.queue)
+		pubs = append(pubs, publisher{tc.topic, tc.queue, ps, logger})
+	}
+
+	closeConnectionsViaAPI(t, amqpURL, vhost)
+
+	for _, p := range pubs {
+		require.Eventually(t, func() bool {
+			return len(p.logger.find("RabbitMQ connection lost, reconnecting")) == 2 && p.ps.Ping(context.Background()) == nil
+		}, 30*time.Second, 50*time.Millisecond, "both connections lost and back")
+		require.NoError(t, p.ps.Publish(p.topic, message.NewMessage(watermill.NewUUID(), nil)), "%s declared again", p.queue)
+		assert.Equal(t, "1", queueDepth(t, vhost, p.queue))
+	}
 }

@@ -216,7 +216,8 @@ type PubSub struct {
 
 	// declared holds the topics whose topology is in place, so that Publish
 	// declares once and never loses a message as unroutable because nobody
-	// has subscribed yet. A return clears the topic (forgetDeclared).
+	// has subscribed yet. A return clears the topic (forgetDeclared), a
+	// reconnect clears them all (forgetAllDeclared).
 	declared sync.Map
 
 	// mu guards closed; publishes hold it shared so that Close waits for
@@ -264,11 +265,11 @@ func New(ctx context.Context, cfg Config, logger watermill.LoggerAdapter) (*PubS
 	}
 
 	var err error
-	if p.pubConn, err = openConnection(ctx, "publish", cfg, logger); err != nil {
+	if p.pubConn, err = openConnection(ctx, "publish", cfg, logger, p.forgetAllDeclared); err != nil {
 		p.closeCancel()
 		return nil, err
 	}
-	if p.subConn, err = openConnection(ctx, "consume", cfg, logger); err != nil {
+	if p.subConn, err = openConnection(ctx, "consume", cfg, logger, p.forgetAllDeclared); err != nil {
 		p.closeCancel()
 		_ = p.pubConn.close()
 		return nil, err

@@ -17,9 +17,10 @@ import (
 // DurableQueues.
 type Topology interface {
 	// Declare declares, idempotently, what publishing to and consuming from
-	// topic need. It runs before the first publish to topic and before every
-	// subscription to it starts or restarts after a reconnect. An error
-	// from the broker closes ch.
+	// topic need. It runs before the first publish to topic, before the
+	// first publish after a reconnect or after a message came back
+	// unroutable, and before every subscription to it starts or restarts
+	// after a reconnect. An error from the broker closes ch.
 	Declare(ch *amqp.Channel, topic string) error
 	// Route returns the exchange and routing key a message for topic is
 	// published with.
