@@ -104,8 +104,8 @@ func TestCrashLoopCountsEveryAttempt(t *testing.T) {
 				got := brokertest.Next(t, msgs, 30*time.Second)
 				require.Equal(t, sent.UUID, got.UUID)
 				require.Equal(t, strconv.Itoa(i), got.Metadata.Get(metadata.AttemptKey), "delivery %d", i+1)
-				proxy.kill() // the consumer dies holding the message
-				require.NoError(t, ps.Close())
+				proxy.kill()   // the consumer dies holding the message
+				_ = ps.Close() // may report the connections it just lost
 			}
 
 			ps := newPubSub(t, amqpURL, withType)
@@ -145,7 +145,7 @@ func TestMessageWithoutIDKeepsItsID(t *testing.T) {
 			again := brokertest.Next(t, msgs, 30*time.Second)
 			assert.Equal(t, first.UUID, again.UUID, "the same id after a nack")
 			proxy.kill()
-			require.NoError(t, dying.Close())
+			_ = dying.Close() // may report the connections it just lost
 
 			ps := newPubSub(t, amqpURL, withType)
 			msgs, err = ps.Subscribe(context.Background(), topic)
