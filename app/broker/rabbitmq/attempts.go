@@ -206,12 +206,6 @@ func (p *PubSub) recount(ctx context.Context, src source, d amqp.Delivery, msg *
 func (p *PubSub) republish(ctx context.Context, queue string, d amqp.Delivery, msg *message.Message, attempt int) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.PublishTimeout)
 	defer cancel()
-	pc, err := p.acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { p.release(pc) }()
-
 	headers := make(amqp.Table, len(d.Headers)+4)
 	for k, v := range d.Headers {
 		headers[k] = v
@@ -251,8 +245,10 @@ func (p *PubSub) republish(ctx context.Context, queue string, d amqp.Delivery, m
 	}
 	// The default exchange routes by queue name: the copy reaches this queue
 	// only, not every queue bound to the exchange it first came through.
-	err = p.publishOn(ctx, pc, "", queue, 1, func(int) (amqp.Publishing, context.Context, error) {
-		return pub, context.Background(), nil
+	err := p.withChannel(ctx, func(pc *pubChannel) error {
+		return p.publishOn(ctx, pc, "", queue, 1, func(int) (amqp.Publishing, context.Context, error) {
+			return pub, context.Background(), nil
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("republish %s: %w", msg.UUID, err)

@@ -62,27 +62,49 @@ func (p *PubSub) publish(topic string, msgs []*message.Message) error {
 	ctx, cancel := context.WithDeadline(msgs[0].Context(), deadline)
 	defer cancel()
 
-	pc, err := p.acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { p.release(pc) }()
-
-	if _, ok := p.declared.Load(topic); !ok {
-		if err := p.topology.Declare(pc.ch, topic); err != nil {
-			return err
+	err := p.withChannel(ctx, func(pc *pubChannel) error {
+		if _, ok := p.declared.Load(topic); !ok {
+			if err := p.topology.Declare(pc.ch, topic); err != nil {
+				return err
+			}
+			p.declared.Store(topic, struct{}{})
 		}
-		p.declared.Store(topic, struct{}{})
-	}
-
-	exchange, key := p.topology.Route(topic)
-	err = p.publishOn(ctx, pc, exchange, key, len(msgs), func(i int) (amqp.Publishing, context.Context, error) {
-		pub, err := p.marshaler.Marshal(msgs[i])
-		return pub, msgs[i].Context(), err
+		exchange, key := p.topology.Route(topic)
+		return p.publishOn(ctx, pc, exchange, key, len(msgs), func(i int) (amqp.Publishing, context.Context, error) {
+			pub, err := p.marshaler.Marshal(msgs[i])
+			return pub, msgs[i].Context(), err
+		})
 	})
 	if _, returned := errors.AsType[*UnroutableError](err); returned {
 		// What was declared is gone: declare it again next time.
 		p.forgetDeclared(topic)
+	}
+	return err
+}
+
+// withChannel runs publish on a pooled channel. While the broker blocks the
+// publish connection it fails at once with ErrBlocked: opening a channel,
+// declaring and awaiting a confirm all wait for a broker that no longer reads
+// the connection. If the broker blocks it during the call, publishOn notices;
+// but a synchronous call already under way (a channel opening, a declaration,
+// a socket write) cannot be interrupted, so when ctx ends first on a blocked
+// connection, the connection is dropped (and redialed), which ends them.
+func (p *PubSub) withChannel(ctx context.Context, publish func(*pubChannel) error) error {
+	if err := p.pubConn.flow.Load().err(); err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, p.pubConn.abortIfBlocked)
+	defer stop()
+	pc, err := p.acquire(ctx)
+	if err == nil {
+		err = publish(pc)
+		p.release(pc)
+	}
+	if err != nil && !errors.Is(err, ErrBlocked) {
+		if blocked := p.pubConn.flow.Load().err(); blocked != nil {
+			// Whatever ended the call, the reason is the broker's.
+			err = fmt.Errorf("%w (%w)", blocked, err)
+		}
 	}
 	return err
 }
@@ -106,6 +128,11 @@ func (p *PubSub) publishOn(ctx context.Context, pc *pubChannel, exchange, key st
 	}
 	sent := make([]pending, n)
 	var returned []amqp.Return
+	// A blocked connection fails the call: the broker reads nothing more.
+	flow := p.pubConn.flow.Load()
+	if err := flow.err(); err != nil {
+		return err
+	}
 	returns := pc.returns
 	drain := func() {
 		for {
@@ -131,6 +158,9 @@ func (p *PubSub) publishOn(ctx context.Context, pc *pubChannel, exchange, key st
 		}
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("message %s: %w", pub.MessageId, err)
+		}
+		if now := p.pubConn.flow.Load(); now != flow && now.blocked {
+			return fmt.Errorf("message %s: %w", pub.MessageId, now.err())
 		}
 		// From the first send until every confirm is in, the channel has
 		// something pending.
@@ -162,6 +192,11 @@ func (p *PubSub) publishOn(ctx context.Context, pc *pubChannel, exchange, key st
 					continue
 				}
 				returned = append(returned, r)
+			case <-flow.changed:
+				if flow = p.pubConn.flow.Load(); flow.blocked {
+					err = flow.err()
+					break wait
+				}
 			case <-m.ctx.Done():
 				err = m.ctx.Err()
 				break wait
@@ -234,10 +269,12 @@ func (p *PubSub) acquire(ctx context.Context) (*pubChannel, error) {
 }
 
 // release puts pc back in the pool, or closes it and puts back an empty slot
-// if a publish left something pending on it.
+// if a publish left something pending on it. The close does not hold the
+// caller: on a blocked connection it waits until the broker reads again, or
+// the connection closes.
 func (p *PubSub) release(pc *pubChannel) {
 	if pc.dirty {
-		_ = pc.ch.Close()
+		go func(ch *amqp.Channel) { _ = ch.Close() }(pc.ch)
 		pc = nil
 	}
 	p.pool <- pc

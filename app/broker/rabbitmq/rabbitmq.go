@@ -21,6 +21,20 @@
 // This package also pools publish channels, pipelines the confirms of a batch,
 // prefetches a real batch instead of 1, reads every AMQP header type (see
 // Marshaler), and waits for a broker that is down at start.
+//
+// Nothing is lost, and everything is counted:
+//
+//   - A message that no queue took comes back (publishes are mandatory) and
+//     fails its Publish with *UnroutableError; the topic's topology is then
+//     declared again, as it is after every reconnect, since the broker may
+//     have lost it.
+//   - While RabbitMQ blocks the publish connection (a memory or disk alarm)
+//     Publish fails at once with ErrBlocked instead of waiting for a confirm
+//     that cannot come, and Close does not wait for a broker that no longer
+//     reads.
+//   - Attempts are counted by the broker on quorum queues and by eventpipe on
+//     classic queues, crashes included, and a publisher's x-attempt is never
+//     trusted (see attempts.go and decision 0010).
 package rabbitmq
 
 import (
@@ -572,21 +586,32 @@ func (p *PubSub) Ping(ctx context.Context) error {
 
 // Close ends every subscription (their channels close; deliveries not yet
 // acked go back to the queue), waits for publishes in flight, and closes both
-// connections. It is safe to call more than once.
+// connections, waiting at most a few seconds for the broker's answer, and not
+// at all on a connection the broker blocks. It is safe to call more than
+// once.
 func (p *PubSub) Close() error {
 	p.closeOnce.Do(func() {
 		p.closeCancel()
+		var blockedErr error
+		if p.pubConn.flow.Load().blocked {
+			// Publishes in flight fail fast on a blocked connection, but
+			// one stuck in a call the broker will not answer (a channel
+			// opening) would hold Close until its deadline; nothing can be
+			// published any more anyway.
+			blockedErr = p.pubConn.close()
+		}
 		p.mu.Lock()
 		p.closed = true
 		p.mu.Unlock()
 
 		p.subscriptions.Wait()
+		// Every slot is back: nothing publishes any more. The channels
+		// close with their connection (closing each would wait for the
+		// broker, which a blocked connection never gets).
 		for range p.cfg.ChannelPoolSize {
-			if pc := <-p.pool; pc != nil {
-				_ = pc.ch.Close()
-			}
+			<-p.pool
 		}
-		p.closeErr = errors.Join(p.subConn.close(), p.pubConn.close())
+		p.closeErr = errors.Join(p.subConn.close(), blockedErr, p.pubConn.close())
 	})
 	return p.closeErr
 }
