@@ -295,8 +295,9 @@ func New(ctx context.Context, cfg Config, logger watermill.LoggerAdapter) (*PubS
 // use, and publishes the messages in order on one channel. With confirms on,
 // it sends them all, mandatory, then waits until the broker has confirmed
 // each one; it returns an error wrapping ErrNotConfirmed if the broker
-// refused one, a *UnroutableError if it returned one that no queue took, and
-// ErrNotConnected while reconnecting. After an error some of the messages
+// refused one, a *UnroutableError if it returned one that no queue took,
+// ErrNotConnected while reconnecting, and ErrBlocked (at once) while the
+// broker blocks the publish connection. After an error some of the messages
 // may have been stored: publish again, consumers deduplicate.
 func (p *PubSub) Publish(topic string, msgs ...*message.Message) error {
 	if err := broker.CheckPayloads(msgs); err != nil {
@@ -351,7 +352,10 @@ func (p *PubSub) declare(topic string) error {
 // back, and the messages it had not acked are delivered again.
 //
 // Each message must be acked or nacked before the next is delivered; a nack
-// puts the message back in the queue. Subscribe itself fails, with an error
+// puts the message back in the queue, counted (attempts.go): as a copy at the
+// back of a classic queue, by a native requeue on a quorum queue. A message
+// redelivered on a classic queue after its consumer died is counted the same
+// way before it is delivered again. Subscribe itself fails, with an error
 // wrapping ErrNotConnected, if the broker is reconnecting at that moment.
 func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	p.mu.RLock()
