@@ -2,10 +2,12 @@ package rabbitmq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -15,33 +17,99 @@ import (
 // Attempt numbering on RabbitMQ.
 //
 // The StackUp contract (§3) carries the number of earlier attempts in the
-// x-attempt header, from 0. RabbitMQ counts deliveries only on quorum queues
-// (x-delivery-count, since 3.10 on every redelivery); a classic queue only
-// flags a redelivery. So eventpipe counts itself: a nacked message is not
-// requeued but published again to its own queue with x-attempt one higher
-// (and x-first-failure-at), and the original is acked once the copy is
-// confirmed. The copy goes to the back of the queue, as an SQS or Postgres
-// redelivery would. If the copy cannot be published the original is
-// requeued as before, and that attempt is not counted.
+// x-attempt header, from 0. The attempt number eventpipe hands to handlers
+// counts only what eventpipe or the broker counted: a publisher's x-attempt is
+// carried, not trusted (DESIGN, "one attempt number, same on every broker").
 //
-// A delivery's attempt number is its x-attempt header plus the redeliveries
-// the broker made of it without a nack — after a consumer crashed or lost its
-// connection: x-delivery-count on a quorum queue, 1 on a classic queue that
-// flags the delivery as redelivered (it cannot say how many).
+// Quorum queues count deliveries themselves (x-delivery-count, which the
+// broker sets on every redelivery and overwrites when a publisher set it), so
+// a nack there is a native requeue: the count and x-delivery-limit, with the
+// queue's dead-letter exchange, work as RabbitMQ documents them.
+//
+// Classic queues count nothing; they only flag a redelivery. So eventpipe
+// counts itself, in x-eventpipe-attempt, a header only this adapter sets and
+// only on a copy it republishes to the message's own queue (through the
+// default exchange, so no other bound queue gets it), with x-attempt set to
+// the same number for the contract's readers and x-first-failure-at:
+//
+//   - A nack republishes the message with its count one higher; the original
+//     is acked once the copy is confirmed, and the copy is handled only once
+//     the broker has processed that ack (source.ackBarrier), so a consumer
+//     dying in between cannot leave both. The copy goes to the back of the
+//     queue, as an SQS or Postgres redelivery would. If the copy cannot be
+//     published the original is requeued as before.
+//   - A delivery flagged redelivered was delivered before and never settled:
+//     its consumer crashed or lost its connection. It is republished with
+//     that attempt counted, the original acked after the confirm, and it is
+//     not handed to the handler: the copy is, when it comes back. (Handing
+//     over the delivery in hand instead would leave the confirmed copy in the
+//     queue as a second, later delivery of the same attempt.) So a message
+//     that kills its consumer every time still reaches its attempt limit. If
+//     the copy cannot be published the delivery is handed over as it is, its
+//     attempt counted for this delivery only: a broker that refuses
+//     publishes must not stop consumption, nor make a redelivery spin.
+//
+// A delivery's attempt number is eventpipe's count (x-eventpipe-attempt, 0 on
+// a message no eventpipe republished) plus the broker's count of the
+// redeliveries since: x-delivery-count on a quorum queue, 1 on a classic
+// queue's flagged redelivery. On a classic queue x-delivery-count is a
+// publisher's header like any other and counts nothing.
+//
+// A message published without message_id (rabbitmqadmin, StackUp §9's smoke
+// message) is given a fresh UUID on delivery, and every copy eventpipe
+// republishes carries the UUID of the delivery it copies as message_id: from
+// its first republish on, the message keeps its id. On a quorum queue such a
+// message's nack is therefore a counted copy too, not a native requeue (its
+// x-delivery-count restarts on the copy; eventpipe's count carries the
+// total). Only a native redelivery before the first republish — its first
+// consumer crashed — gets a new id: the old one died with that consumer.
+//
+// A publisher's x-attempt other than 0 is kept in MetadataPublisherAttempt
+// (and, on eventpipe's copies, in the header of that name), so a handler can
+// still log what the peer counted.
+//
+// Deliveries still unsettled at shutdown, prefetched but never handled, are
+// returned by closing the channel, so they come back flagged redelivered and
+// count one attempt, on both queue types alike: the broker cannot tell them
+// from a crash.
 
-// headerDeliveryCount is the header in which quorum queues count deliveries.
-const headerDeliveryCount = "x-delivery-count"
+const (
+	// headerDeliveryCount is the header in which quorum queues count
+	// deliveries.
+	headerDeliveryCount = "x-delivery-count"
+	// headerOwnAttempt is eventpipe's count of the earlier attempts of a
+	// copy it republished. Marshal removes it from everything else.
+	headerOwnAttempt = "x-eventpipe-attempt"
+)
 
-// attemptOf returns the number of earlier attempts of a delivery.
-func attemptOf(d amqp.Delivery) int {
-	n := headerInt(d.Headers[metadata.AttemptKey])
-	switch count := headerInt(d.Headers[headerDeliveryCount]); {
-	case count > 0:
-		n += count
-	case d.Redelivered:
-		n++
+// MetadataPublisherAttempt is the metadata key (and, on eventpipe's counted
+// copies, the AMQP header) that carries a publisher's own x-attempt when it
+// was not 0: the peer's count, for logs, never the attempt number.
+const MetadataPublisherAttempt = "x-publisher-attempt"
+
+// ownAttempt returns eventpipe's count carried by a copy it republished; ok
+// is false for a message no eventpipe republished.
+func ownAttempt(d amqp.Delivery) (n int, ok bool) {
+	v, ok := d.Headers[headerOwnAttempt]
+	if !ok {
+		return 0, false
 	}
-	return n
+	return headerInt(v), true
+}
+
+// attemptOf returns the number of earlier attempts of a delivery from a queue
+// of type qt.
+func attemptOf(d amqp.Delivery, qt QueueType) int {
+	n, _ := ownAttempt(d)
+	if !d.Redelivered {
+		return n
+	}
+	if qt == QueueQuorum {
+		if count := headerInt(d.Headers[headerDeliveryCount]); count > 0 {
+			return n + count
+		}
+	}
+	return n + 1
 }
 
 // headerInt reads a non-negative integer header of any AMQP numeric type, or
@@ -80,34 +148,79 @@ func headerInt(v any) int {
 	return int(n)
 }
 
-// setAttempt writes the delivery's attempt number and first failure time into
-// msg's metadata, replacing whatever the publisher put there.
-func setAttempt(msg *message.Message, d amqp.Delivery) {
-	msg.Metadata.Set(metadata.AttemptKey, strconv.Itoa(attemptOf(d)))
-	if headerInt(d.Headers[metadata.AttemptKey]) == 0 {
-		// Not a counted redelivery: a failure time can only be the publisher's.
-		delete(msg.Metadata, metadata.FirstFailureKey)
+// setAttempt writes the delivery's attempt number, first failure time and
+// publisher's count into msg's metadata, replacing whatever the publisher put
+// there.
+func setAttempt(msg *message.Message, d amqp.Delivery, qt QueueType) {
+	msg.Metadata.Set(metadata.AttemptKey, strconv.Itoa(attemptOf(d, qt)))
+	delete(msg.Metadata, headerOwnAttempt)
+	if _, own := ownAttempt(d); own {
+		// MetadataPublisherAttempt and the failure time are eventpipe's, as
+		// the copy carries them.
+		return
+	}
+	// Not counted by eventpipe: a failure time can only be the publisher's.
+	delete(msg.Metadata, metadata.FirstFailureKey)
+	if v, ok := d.Headers[metadata.AttemptKey]; ok && !isZero(v) {
+		msg.Metadata.Set(MetadataPublisherAttempt, HeaderString(v))
 	}
 }
 
-// redeliverCounted publishes a copy of the nacked delivery d to its own queue
-// with the attempt count raised, and waits for the broker's confirm. The
-// caller acks d only if it succeeds.
-func (p *PubSub) redeliverCounted(ctx context.Context, queue string, d amqp.Delivery, msg *message.Message) error {
+// isZero reports whether a header is the number 0 (of any type, or "0").
+func isZero(v any) bool {
+	return HeaderString(v) == "0"
+}
+
+// copyID is the message_id of a copy of d: its own, or else the id the
+// adapter gave it (Marshaler.Unmarshal), so a message published without one
+// keeps that id from its first republish on.
+func copyID(d amqp.Delivery, msg *message.Message) string {
+	if d.MessageId != "" {
+		return d.MessageId
+	}
+	return msg.UUID
+}
+
+// recount settles a flagged redelivery from a classic queue (see above): it
+// republishes the message with its attempt counted, then acks the original.
+// done is false when the copy could not be published; the caller then hands
+// the delivery over as it is. err is an ack failure that must end the
+// subscription.
+func (p *PubSub) recount(ctx context.Context, src source, d amqp.Delivery, msg *message.Message) (done bool, err error) {
+	if err := p.republish(ctx, src.queue, d, msg, attemptOf(d, src.typ)); err != nil {
+		p.logger.Error("Counting a redelivery failed, handling it with the attempt counted for this delivery only", err,
+			watermill.LogFields{"message_uuid": msg.UUID, "amqp_queue": src.queue})
+		return false, nil
+	}
+	if err := errors.Join(d.Ack(false), src.ackBarrier()); err != nil {
+		// The copy is in the queue; the original comes back too once the
+		// channel closes: a duplicate, which consumers absorb.
+		return true, fmt.Errorf("ack %s after counting its redelivery: %w", msg.UUID, err)
+	}
+	return true, nil
+}
+
+// republish publishes a copy of delivery d to its own queue with eventpipe's
+// count set to attempt, and waits for the broker's confirm. The caller acks d
+// only if it succeeds.
+func (p *PubSub) republish(ctx context.Context, queue string, d amqp.Delivery, msg *message.Message, attempt int) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.PublishTimeout)
 	defer cancel()
-	ch, err := p.acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { p.pool <- ch }()
-
-	headers := make(amqp.Table, len(d.Headers)+2)
+	headers := make(amqp.Table, len(d.Headers)+4)
 	for k, v := range d.Headers {
 		headers[k] = v
 	}
+	if _, own := ownAttempt(d); !own {
+		// The publisher's count, carried under a name of its own: the copy's
+		// x-attempt is eventpipe's.
+		delete(headers, MetadataPublisherAttempt)
+		if v, ok := d.Headers[metadata.AttemptKey]; ok && !isZero(v) {
+			headers[MetadataPublisherAttempt] = v
+		}
+	}
 	delete(headers, headerDeliveryCount)
-	headers[metadata.AttemptKey] = int32(attemptOf(d) + 1)
+	headers[headerOwnAttempt] = int32(attempt)
+	headers[metadata.AttemptKey] = int32(attempt)
 	first := msg.Metadata.Get(metadata.FirstFailureKey)
 	if _, err := time.Parse(time.RFC3339Nano, first); err != nil {
 		first = time.Now().UTC().Format(time.RFC3339Nano)
@@ -123,7 +236,7 @@ func (p *PubSub) redeliverCounted(ctx context.Context, queue string, d amqp.Deli
 		CorrelationId:   d.CorrelationId,
 		ReplyTo:         d.ReplyTo,
 		Expiration:      d.Expiration,
-		MessageId:       d.MessageId,
+		MessageId:       copyID(d, msg),
 		Timestamp:       d.Timestamp,
 		Type:            d.Type,
 		UserId:          d.UserId,
@@ -132,19 +245,13 @@ func (p *PubSub) redeliverCounted(ctx context.Context, queue string, d amqp.Deli
 	}
 	// The default exchange routes by queue name: the copy reaches this queue
 	// only, not every queue bound to the exchange it first came through.
-	confirm, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, false, false, pub)
+	err := p.withChannel(ctx, func(pc *pubChannel) error {
+		return p.publishOn(ctx, pc, "", queue, 1, func(int) (amqp.Publishing, context.Context, error) {
+			return pub, context.Background(), nil
+		})
+	})
 	if err != nil {
 		return fmt.Errorf("republish %s: %w", msg.UUID, err)
-	}
-	if p.cfg.DisableConfirms {
-		return nil
-	}
-	acked, err := confirm.WaitContext(ctx)
-	switch {
-	case err != nil:
-		return fmt.Errorf("republish %s: waiting for the confirm: %w", msg.UUID, err)
-	case !acked:
-		return fmt.Errorf("republish %s: %w", msg.UUID, ErrNotConfirmed)
 	}
 	return nil
 }

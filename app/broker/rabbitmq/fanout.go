@@ -30,7 +30,10 @@ type InstanceFanout struct {
 	Fallback Topology
 }
 
-var _ Topology = InstanceFanout{}
+var (
+	_ Topology   = InstanceFanout{}
+	_ QueueTyper = InstanceFanout{}
+)
 
 func (f InstanceFanout) broadcast(topic string) bool { return slices.Contains(f.Topics, topic) }
 
@@ -82,4 +85,20 @@ func (f InstanceFanout) Queue(topic string) string {
 		return f.fallback().Queue(topic)
 	}
 	return topic + "." + f.Instance
+}
+
+// QueueType is classic for an instance queue (transient, so never quorum),
+// the fallback's type for other topics.
+func (f InstanceFanout) QueueType(topic string) QueueType {
+	if f.broadcast(topic) {
+		return QueueClassic
+	}
+	return typeOfQueue(f.fallback(), topic)
+}
+
+// forget passes on to the fallback, which may remember its declarations.
+func (f InstanceFanout) forget() {
+	if fb, ok := f.fallback().(forgetter); ok {
+		fb.forget()
+	}
 }

@@ -46,8 +46,12 @@ const (
 //     HeaderString for the conversions.
 //   - A message without the Watermill UUID header (a foreign publisher,
 //     rabbitmqadmin) takes its UUID from the AMQP message_id property, else a
-//     fresh one. A fresh UUID differs on every redelivery: it is not an
-//     idempotency key, the envelope's own id is.
+//     fresh one. The subscriber's counted copies carry that UUID as their
+//     message_id (attempts.go), so it holds across retries; it is still not
+//     an idempotency key, the envelope's own id is.
+//   - Publishing writes x-attempt 0 and drops x-first-failure-at and
+//     x-eventpipe-attempt: attempts are counted by the consuming adapter
+//     (attempts.go), never by a publisher.
 //   - Publishing sets message_id to the message UUID, and moves the
 //     MetadataContentType, MetadataContentEncoding and MetadataCorrelationID
 //     metadata into their AMQP properties; consuming moves them back.
@@ -77,6 +81,7 @@ func (Marshaler) Marshal(msg *message.Message) (amqp.Publishing, error) {
 	// The attempt count and failure time are the broker's to tell (see
 	// attempts.go); a new message starts at attempt 0 (StackUp §3).
 	delete(pub.Headers, metadata.FirstFailureKey)
+	delete(pub.Headers, headerOwnAttempt)
 	pub.Headers[metadata.AttemptKey] = int32(0)
 	for _, p := range propertyFields {
 		if v, ok := msg.Metadata[p.key]; ok {

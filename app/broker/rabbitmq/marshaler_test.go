@@ -187,6 +187,20 @@ func TestMarshalRoundTrip(t *testing.T) {
 	assert.Equal(t, msg.Payload, got.Payload)
 }
 
+// eventpipe's own count travels only on the copies the adapter republishes:
+// a message published with that metadata (a consumed copy handed on, or a
+// forgery) starts at attempt 0 like any other.
+func TestMarshalDropsEventpipesCount(t *testing.T) {
+	t.Parallel()
+	msg := message.NewMessage(watermill.NewUUID(), nil)
+	msg.Metadata.Set("x-eventpipe-attempt", "5")
+	msg.Metadata.Set(metadata.AttemptKey, "5")
+	pub, err := rabbitmq.Marshaler{}.Marshal(msg)
+	require.NoError(t, err)
+	assert.NotContains(t, pub.Headers, "x-eventpipe-attempt")
+	assert.Equal(t, int32(0), pub.Headers[metadata.AttemptKey])
+}
+
 // FuzzUnmarshal feeds the marshaler header tables of every AMQP field type,
 // nested at random, decoded from the fuzzer's bytes (see decodeTable). Seeds
 // are in testdata/fuzz/FuzzUnmarshal. Whatever the headers, the message is

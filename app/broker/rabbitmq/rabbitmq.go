@@ -1,7 +1,9 @@
 // Package rabbitmq is the RabbitMQ broker. By default a topic is a durable
 // queue, published to through the default exchange with the queue name as
 // routing key, so the subscribers of one topic compete for its messages.
-// Publishes are persistent and wait for the broker's publisher confirms.
+// Publishes are persistent and mandatory, and wait for the broker's publisher
+// confirms: a message no queue took is an error (*UnroutableError), not a
+// confirmed success.
 //
 // It speaks AMQP through amqp091-go and keeps watermill-amqp's wire format
 // (its DefaultMarshaler, wrapped by Marshaler), but not watermill-amqp's
@@ -19,6 +21,20 @@
 // This package also pools publish channels, pipelines the confirms of a batch,
 // prefetches a real batch instead of 1, reads every AMQP header type (see
 // Marshaler), and waits for a broker that is down at start.
+//
+// Nothing is lost, and everything is counted:
+//
+//   - A message that no queue took comes back (publishes are mandatory) and
+//     fails its Publish with *UnroutableError; the topic's topology is then
+//     declared again, as it is after every reconnect, since the broker may
+//     have lost it.
+//   - While RabbitMQ blocks the publish connection (a memory or disk alarm)
+//     Publish fails at once with ErrBlocked instead of waiting for a confirm
+//     that cannot come, and Close does not wait for a broker that no longer
+//     reads.
+//   - Attempts are counted by the broker on quorum queues and by eventpipe on
+//     classic queues, crashes included, and a publisher's x-attempt is never
+//     trusted (see attempts.go and decision 0010).
 package rabbitmq
 
 import (
@@ -74,8 +90,10 @@ type Config struct {
 
 	// DisableConfirms turns publisher confirms off: Publish then returns once
 	// the message is written to the socket, and a message the broker drops
-	// (a full queue, a crash) is lost without an error. Confirms are on by
-	// default; only benchmarks should turn them off.
+	// (a full queue, a crash, no queue bound: without confirms a return
+	// cannot be matched to its publish, so publishes are not mandatory) is
+	// lost without an error. Confirms are on by default; only benchmarks
+	// should turn them off.
 	DisableConfirms bool
 
 	// PublishTimeout bounds one Publish call: waiting for a free channel,
@@ -208,11 +226,12 @@ type PubSub struct {
 	subConn *connection
 	// pool holds ChannelPoolSize publish channels, opened on first use and
 	// reopened when found closed; a slot always goes back, even empty.
-	pool chan *amqp.Channel
+	pool chan *pubChannel
 
 	// declared holds the topics whose topology is in place, so that Publish
 	// declares once and never loses a message as unroutable because nobody
-	// has subscribed yet.
+	// has subscribed yet. A return clears the topic (forgetDeclared), a
+	// reconnect clears them all (forgetAllDeclared).
 	declared sync.Map
 
 	// mu guards closed; publishes hold it shared so that Close waits for
@@ -249,7 +268,7 @@ func New(ctx context.Context, cfg Config, logger watermill.LoggerAdapter) (*PubS
 		cfg:      cfg,
 		topology: cfg.Topology,
 		logger:   logger,
-		pool:     make(chan *amqp.Channel, cfg.ChannelPoolSize),
+		pool:     make(chan *pubChannel, cfg.ChannelPoolSize),
 	}
 	p.closeCtx, p.closeCancel = context.WithCancel(context.Background())
 	if p.topology == nil {
@@ -260,11 +279,11 @@ func New(ctx context.Context, cfg Config, logger watermill.LoggerAdapter) (*PubS
 	}
 
 	var err error
-	if p.pubConn, err = openConnection(ctx, "publish", cfg, logger); err != nil {
+	if p.pubConn, err = openConnection(ctx, "publish", cfg, logger, p.forgetAllDeclared); err != nil {
 		p.closeCancel()
 		return nil, err
 	}
-	if p.subConn, err = openConnection(ctx, "consume", cfg, logger); err != nil {
+	if p.subConn, err = openConnection(ctx, "consume", cfg, logger, p.forgetAllDeclared); err != nil {
 		p.closeCancel()
 		_ = p.pubConn.close()
 		return nil, err
@@ -274,9 +293,11 @@ func New(ctx context.Context, cfg Config, logger watermill.LoggerAdapter) (*PubS
 
 // Publish checks the payload limit, declares the topic's topology on first
 // use, and publishes the messages in order on one channel. With confirms on,
-// it sends them all, then waits until the broker has confirmed each one; it
-// returns an error wrapping ErrNotConfirmed if the broker refused one, and
-// ErrNotConnected while reconnecting. After an error some of the messages
+// it sends them all, mandatory, then waits until the broker has confirmed
+// each one; it returns an error wrapping ErrNotConfirmed if the broker
+// refused one, a *UnroutableError if it returned one that no queue took,
+// ErrNotConnected while reconnecting, and ErrBlocked (at once) while the
+// broker blocks the publish connection. After an error some of the messages
 // may have been stored: publish again, consumers deduplicate.
 func (p *PubSub) Publish(topic string, msgs ...*message.Message) error {
 	if err := broker.CheckPayloads(msgs); err != nil {
@@ -294,100 +315,6 @@ func (p *PubSub) Publish(topic string, msgs ...*message.Message) error {
 		return fmt.Errorf("publish %s: %w", topic, err)
 	}
 	return nil
-}
-
-func (p *PubSub) publish(topic string, msgs []*message.Message) error {
-	deadline := time.Now().Add(p.cfg.PublishTimeout)
-	ctx, cancel := context.WithDeadline(msgs[0].Context(), deadline)
-	defer cancel()
-
-	ch, err := p.acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { p.pool <- ch }()
-
-	if _, ok := p.declared.Load(topic); !ok {
-		if err := p.topology.Declare(ch, topic); err != nil {
-			return err
-		}
-		p.declared.Store(topic, struct{}{})
-	}
-
-	// Each message's own context and the call's deadline (ctx) bound its
-	// send and its confirm. They are checked as they are, not through a
-	// context derived per message: those two timers per message were 8 % of
-	// the CPU time of a 100-message publish (BENCHMARKS.md, R1).
-	exchange, key := p.topology.Route(topic)
-	confirms := make([]*amqp.DeferredConfirmation, len(msgs))
-	for i, msg := range msgs {
-		pub, err := p.marshaler.Marshal(msg)
-		if err != nil {
-			return fmt.Errorf("message %s: %w", msg.UUID, err)
-		}
-		if err := msg.Context().Err(); err != nil {
-			return fmt.Errorf("message %s: %w", msg.UUID, err)
-		}
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("message %s: %w", msg.UUID, err)
-		}
-		confirms[i], err = ch.PublishWithDeferredConfirm(exchange, key, false, false, pub)
-		if err != nil {
-			return fmt.Errorf("message %s: %w", msg.UUID, err)
-		}
-	}
-	if p.cfg.DisableConfirms {
-		return nil
-	}
-	for i, msg := range msgs {
-		var acked bool
-		var err error
-		select {
-		case <-confirms[i].Done():
-			acked = confirms[i].Acked()
-		case <-msg.Context().Done():
-			err = msg.Context().Err()
-		case <-ctx.Done():
-			err = ctx.Err()
-		}
-		switch {
-		case err != nil:
-			return fmt.Errorf("message %s: waiting for the publisher confirm: %w", msg.UUID, err)
-		case !acked && ch.IsClosed():
-			// amqp091 nacks what was pending when the channel closed.
-			return fmt.Errorf("message %s: channel closed before the broker confirmed: %w", msg.UUID, ErrNotConnected)
-		case !acked:
-			return fmt.Errorf("message %s: %w", msg.UUID, ErrNotConfirmed)
-		}
-	}
-	return nil
-}
-
-// acquire takes a channel from the pool, opening it if it is new or was
-// closed (by a broker error or a lost connection). On error the slot goes
-// back to the pool empty, so the pool never shrinks.
-func (p *PubSub) acquire(ctx context.Context) (*amqp.Channel, error) {
-	var ch *amqp.Channel
-	select {
-	case ch = <-p.pool:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting for a free publish channel: %w", ctx.Err())
-	}
-	if ch != nil && !ch.IsClosed() {
-		return ch, nil
-	}
-	ch, err := p.pubConn.channel()
-	if err == nil && !p.cfg.DisableConfirms {
-		if err = ch.Confirm(false); err != nil {
-			_ = ch.Close()
-			err = fmt.Errorf("enable publisher confirms: %w", err)
-		}
-	}
-	if err != nil {
-		p.pool <- nil
-		return nil, err
-	}
-	return ch, nil
 }
 
 // SubscribeInitialize declares the topic's topology, so that messages
@@ -425,7 +352,10 @@ func (p *PubSub) declare(topic string) error {
 // back, and the messages it had not acked are delivered again.
 //
 // Each message must be acked or nacked before the next is delivered; a nack
-// puts the message back in the queue. Subscribe itself fails, with an error
+// puts the message back in the queue, counted (attempts.go): as a copy at the
+// back of a classic queue, by a native requeue on a quorum queue. A message
+// redelivered on a classic queue after its consumer died is counted the same
+// way before it is delivered again. Subscribe itself fails, with an error
 // wrapping ErrNotConnected, if the broker is reconnecting at that moment.
 func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	p.mu.RLock()
@@ -504,7 +434,8 @@ func (p *PubSub) consumeOnce(ctx context.Context, topic string, out chan<- *mess
 	if err := p.topology.Declare(ch, topic); err != nil {
 		return false, err
 	}
-	deliveries, err := ch.Consume(p.topology.Queue(topic), "", false, false, false, false, nil)
+	src := source{queue: p.topology.Queue(topic), typ: typeOfQueue(p.topology, topic), ch: ch, prefetch: prefetch}
+	deliveries, err := ch.Consume(src.queue, "", false, false, false, false, nil)
 	if err != nil {
 		return false, fmt.Errorf("consume: %w", err)
 	}
@@ -514,7 +445,7 @@ func (p *PubSub) consumeOnce(ctx context.Context, topic string, out chan<- *mess
 			if !ok {
 				return true, channelError(closed)
 			}
-			if err := p.deliver(ctx, p.topology.Queue(topic), d, out, closed); err != nil {
+			if err := p.deliver(ctx, src, d, out, closed); err != nil {
 				return true, err
 			}
 		case amqpErr := <-closed:
@@ -525,9 +456,31 @@ func (p *PubSub) consumeOnce(ctx context.Context, topic string, out chan<- *mess
 	}
 }
 
+// source is the queue a subscription consumes from, its type, and the
+// channel and prefetch it consumes with.
+type source struct {
+	queue    string
+	typ      QueueType
+	ch       *amqp.Channel
+	prefetch int
+}
+
+// ackBarrier returns once the broker has processed every ack sent before on
+// src's channel: AMQP acks are not confirmed, but a channel's methods are
+// processed in order, and basic.qos (the same prefetch again) is answered.
+// After a counted copy is confirmed, the original must be settled before the
+// copy can be handled: a consumer dying in between would otherwise leave both
+// in the queue.
+func (src source) ackBarrier() error {
+	if err := src.ch.Qos(src.prefetch, 0, false); err != nil {
+		return fmt.Errorf("ack barrier: %w", err)
+	}
+	return nil
+}
+
 // deliver hands one delivery to the subscriber and settles it as the
 // subscriber says. It returns an error when the subscription must stop.
-func (p *PubSub) deliver(ctx context.Context, queue string, d amqp.Delivery, out chan<- *message.Message, closed <-chan *amqp.Error) error {
+func (p *PubSub) deliver(ctx context.Context, src source, d amqp.Delivery, out chan<- *message.Message, closed <-chan *amqp.Error) error {
 	msg, err := p.marshaler.Unmarshal(d)
 	if err != nil {
 		// Unreachable with Marshaler; requeueing would loop, so refuse.
@@ -537,7 +490,12 @@ func (p *PubSub) deliver(ctx context.Context, queue string, d amqp.Delivery, out
 	if d.Redelivered {
 		msg.Metadata.Set(wamqp.MetadataRedeliveredKey, "true")
 	}
-	setAttempt(msg, d)
+	setAttempt(msg, d, src.typ)
+	if d.Redelivered && src.typ != QueueQuorum {
+		if done, err := p.recount(ctx, src, d, msg); done || err != nil {
+			return err
+		}
+	}
 	msgCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	msg.SetContext(msgCtx)
@@ -562,18 +520,8 @@ func (p *PubSub) deliver(ctx context.Context, queue string, d amqp.Delivery, out
 			return fmt.Errorf("ack %s: %w", msg.UUID, err)
 		}
 	case <-msg.Nacked():
-		if err := p.redeliverCounted(ctx, queue, d, msg); err != nil {
-			p.logger.Error("Counted redelivery failed, requeueing the message uncounted", err,
-				watermill.LogFields{"message_uuid": msg.UUID, "amqp_queue": queue})
-			if err := d.Nack(false, true); err != nil {
-				return fmt.Errorf("nack %s: %w", msg.UUID, err)
-			}
-			return nil
-		}
-		if err := d.Ack(false); err != nil {
-			// The copy is in the queue; the original comes back too once
-			// the channel closes: a duplicate, which consumers absorb.
-			return fmt.Errorf("ack %s after its counted redelivery: %w", msg.UUID, err)
+		if err := p.settleNack(ctx, src, d, msg); err != nil {
+			return err
 		}
 	case <-p.closeCtx.Done():
 		// Returned to the queue by the channel's close, as above.
@@ -581,6 +529,29 @@ func (p *PubSub) deliver(ctx context.Context, queue string, d amqp.Delivery, out
 	case amqpErr := <-closed:
 		// The broker requeues the delivery itself.
 		return closeError(amqpErr)
+	}
+	return nil
+}
+
+// settleNack gives a nacked delivery back to its queue: natively on a quorum
+// queue, which counts it, as a counted copy on a classic queue and for a
+// message without message_id, whose id only a copy can keep (attempts.go).
+func (p *PubSub) settleNack(ctx context.Context, src source, d amqp.Delivery, msg *message.Message) error {
+	if src.typ != QueueQuorum || d.MessageId == "" {
+		err := p.republish(ctx, src.queue, d, msg, attemptOf(d, src.typ)+1)
+		if err == nil {
+			if err := errors.Join(d.Ack(false), src.ackBarrier()); err != nil {
+				// The copy is in the queue; the original comes back too once
+				// the channel closes: a duplicate, which consumers absorb.
+				return fmt.Errorf("ack %s after its counted redelivery: %w", msg.UUID, err)
+			}
+			return nil
+		}
+		p.logger.Error("Counted redelivery failed, requeueing the message", err,
+			watermill.LogFields{"message_uuid": msg.UUID, "amqp_queue": src.queue})
+	}
+	if err := d.Nack(false, true); err != nil {
+		return fmt.Errorf("nack %s: %w", msg.UUID, err)
 	}
 	return nil
 }
@@ -619,21 +590,32 @@ func (p *PubSub) Ping(ctx context.Context) error {
 
 // Close ends every subscription (their channels close; deliveries not yet
 // acked go back to the queue), waits for publishes in flight, and closes both
-// connections. It is safe to call more than once.
+// connections, waiting at most a few seconds for the broker's answer, and not
+// at all on a connection the broker blocks. It is safe to call more than
+// once.
 func (p *PubSub) Close() error {
 	p.closeOnce.Do(func() {
 		p.closeCancel()
+		var blockedErr error
+		if p.pubConn.flow.Load().blocked {
+			// Publishes in flight fail fast on a blocked connection, but
+			// one stuck in a call the broker will not answer (a channel
+			// opening) would hold Close until its deadline; nothing can be
+			// published any more anyway.
+			blockedErr = p.pubConn.close()
+		}
 		p.mu.Lock()
 		p.closed = true
 		p.mu.Unlock()
 
 		p.subscriptions.Wait()
+		// Every slot is back: nothing publishes any more. The channels
+		// close with their connection (closing each would wait for the
+		// broker, which a blocked connection never gets).
 		for range p.cfg.ChannelPoolSize {
-			if ch := <-p.pool; ch != nil {
-				_ = ch.Close()
-			}
+			<-p.pool
 		}
-		p.closeErr = errors.Join(p.subConn.close(), p.pubConn.close())
+		p.closeErr = errors.Join(p.subConn.close(), blockedErr, p.pubConn.close())
 	})
 	return p.closeErr
 }

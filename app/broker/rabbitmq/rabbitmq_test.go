@@ -4,11 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -120,7 +118,8 @@ func TestDropConnectionsStaysInVhost(t *testing.T) {
 }
 
 // A message from a foreign publisher, with RabbitMQ's own header types and no
-// AMQP properties, is delivered with every header as a string.
+// AMQP properties, is delivered with every header as a string (and its
+// x-attempt carried aside).
 func TestForeignMessageWithTypedHeaders(t *testing.T) {
 	t.Parallel()
 	amqpURL, _ := newVhost(t)
@@ -160,10 +159,13 @@ func TestForeignMessageWithTypedHeaders(t *testing.T) {
 	assert.Equal(t, map[string]string{
 		"x-death":          `[{"count":2,"exchange":"stackup.core-to-ai","queue":"ai.analyze.resume","reason":"rejected","routing-keys":["analyze.resume"],"time":"2026-04-27T15:00:00Z"}]`,
 		"x-delivery-count": "3",
-		"x-attempt":        "4", // the publisher's 1, and 3 redeliveries by the broker
-		"redelivered-flag": "true",
-		"raw":              "bytes",
-		"x-trace-id":       "local-test",
+		// A publisher's counts are carried, not trusted: a classic queue
+		// counts nothing, and this is a first delivery.
+		"x-attempt":                       "0",
+		rabbitmq.MetadataPublisherAttempt: "1",
+		"redelivered-flag":                "true",
+		"raw":                             "bytes",
+		"x-trace-id":                      "local-test",
 	}, map[string]string(got.Metadata))
 }
 
@@ -292,9 +294,8 @@ func TestPublisherConfirms(t *testing.T) {
 	}
 }
 
-// Quorum queues count the deliveries of a message the consumer did not settle
-// (x-delivery-count); nacks are counted by eventpipe's redelivery (x-attempt).
-// Both add up to the attempt number.
+// Quorum queues count every redelivery themselves (x-delivery-count): a nack
+// is a native requeue, and so is a delivery the consumer did not settle.
 func TestQuorumQueue(t *testing.T) {
 	t.Parallel()
 	amqpURL, vhost := newVhost(t)
@@ -315,6 +316,7 @@ func TestQuorumQueue(t *testing.T) {
 	again := brokertest.Next(t, msgs, 30*time.Second)
 	assert.Equal(t, sent.UUID, again.UUID)
 	assert.Equal(t, "1", again.Metadata.Get(metadata.AttemptKey), "the nack is counted")
+	assert.Equal(t, "1", again.Metadata.Get("x-delivery-count"), "by the broker")
 	// Neither acked nor nacked: closing gives it back to the queue, which
 	// counts that delivery itself.
 	require.NoError(t, ps.Close())
@@ -391,7 +393,7 @@ func TestBrokerUnreachable(t *testing.T) {
 		lateURL := u.String()
 
 		// RabbitMQ "starts" after 1.5 s: a proxy to it opens on the port.
-		time.AfterFunc(1500*time.Millisecond, func() { proxy(t, u.Host, target) })
+		time.AfterFunc(1500*time.Millisecond, func() { newTCPProxy(t, u.Host, target) })
 
 		logger := newRecordingLogger()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -527,46 +529,4 @@ func closedPort(t *testing.T) string {
 	addr := l.Addr().String()
 	require.NoError(t, l.Close())
 	return addr
-}
-
-// proxy listens on addr and forwards every connection to target until the
-// test ends. It runs on a timer's goroutine: assert, never require.
-func proxy(t *testing.T, addr, target string) {
-	l, err := net.Listen("tcp", addr)
-	if !assert.NoError(t, err, "proxy listen %s", addr) {
-		return
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		_ = l.Close()
-		mu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			in, err := l.Accept()
-			if err != nil {
-				return
-			}
-			out, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = in.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, in, out)
-			mu.Unlock()
-			wg.Add(2)
-			go func() { defer wg.Done(); _, _ = io.Copy(out, in); _ = out.Close() }()
-			go func() { defer wg.Done(); _, _ = io.Copy(in, out); _ = in.Close() }()
-		}
-	}()
 }

@@ -17,15 +17,39 @@ import (
 // DurableQueues.
 type Topology interface {
 	// Declare declares, idempotently, what publishing to and consuming from
-	// topic need. It runs before the first publish to topic and before every
-	// subscription to it starts or restarts after a reconnect. An error
-	// from the broker closes ch.
+	// topic need. It runs before the first publish to topic, before the
+	// first publish after a reconnect or after a message came back
+	// unroutable, and before every subscription to it starts or restarts
+	// after a reconnect. An error from the broker closes ch.
 	Declare(ch *amqp.Channel, topic string) error
 	// Route returns the exchange and routing key a message for topic is
 	// published with.
 	Route(topic string) (exchange, routingKey string)
 	// Queue returns the queue a subscription to topic consumes from.
 	Queue(topic string) string
+}
+
+// QueueTyper is implemented by a Topology that knows the type of the queue a
+// topic is consumed from. The subscriber counts attempts by it: on a quorum
+// queue the broker counts redeliveries (x-delivery-count), on a classic queue
+// eventpipe does (see attempts.go). The queues of a Topology without it are
+// taken to be classic, the type whose counting works on every queue.
+type QueueTyper interface {
+	QueueType(topic string) QueueType
+}
+
+// forgetter is implemented by a Topology that declares once and remembers it
+// (Declared): forget makes its next Declare declare again. The PubSub calls it
+// when the broker may have lost what was declared: a publish came back
+// unroutable, or a connection was re-established.
+type forgetter interface{ forget() }
+
+// typeOfQueue is the type of the queue topic is consumed from.
+func typeOfQueue(t Topology, topic string) QueueType {
+	if qt, ok := t.(QueueTyper); ok && qt.QueueType(topic) == QueueQuorum {
+		return QueueQuorum
+	}
+	return QueueClassic
 }
 
 // DurableQueues is the topology with nothing but queues: a topic is a durable
@@ -36,7 +60,10 @@ type DurableQueues struct {
 	Type QueueType
 }
 
-var _ Topology = DurableQueues{}
+var (
+	_ Topology   = DurableQueues{}
+	_ QueueTyper = DurableQueues{}
+)
 
 // Declare declares the durable queue named topic.
 func (d DurableQueues) Declare(ch *amqp.Channel, topic string) error {
@@ -60,6 +87,14 @@ func (DurableQueues) Route(topic string) (exchange, routingKey string) { return 
 // Queue consumes from the queue named topic.
 func (DurableQueues) Queue(topic string) string { return topic }
 
+// QueueType is Type, or QueueClassic when Type is empty.
+func (d DurableQueues) QueueType(string) QueueType {
+	if d.Type == QueueQuorum {
+		return QueueQuorum
+	}
+	return QueueClassic
+}
+
 // Declared is the topology of a spec (or several, merged): a topic is one of
 // its queues, consumed and published to by name through the default exchange,
 // or "<exchange>/<routing-key>", published to the exchange with that key (the
@@ -77,7 +112,10 @@ type Declared struct {
 	done bool
 }
 
-var _ Topology = (*Declared)(nil)
+var (
+	_ Topology   = (*Declared)(nil)
+	_ QueueTyper = (*Declared)(nil)
+)
 
 // NewDeclared returns the Topology of t; topics t does not know are handled
 // by fallback (nil means DurableQueues{}).
@@ -129,6 +167,16 @@ func (d *Declared) Declare(ch *amqp.Channel, topic string) error {
 	return nil
 }
 
+// forget makes the next Declare declare the whole topology again.
+func (d *Declared) forget() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.done = false
+	if f, ok := d.fallback.(forgetter); ok {
+		f.forget()
+	}
+}
+
 // Route publishes "<exchange>/<routing-key>" to the exchange, anything else
 // to the queue of that name through the default exchange.
 func (d *Declared) Route(topic string) (exchange, routingKey string) {
@@ -140,3 +188,14 @@ func (d *Declared) Route(topic string) (exchange, routingKey string) {
 
 // Queue consumes from the queue named topic.
 func (d *Declared) Queue(topic string) string { return topic }
+
+// QueueType is the declared type of the queue named topic, or the fallback's
+// type for a topic outside the topology.
+func (d *Declared) QueueType(topic string) QueueType {
+	for _, q := range d.c.queues {
+		if q.name == topic {
+			return QueueType(q.typ)
+		}
+	}
+	return typeOfQueue(d.fallback, topic)
+}
