@@ -85,8 +85,8 @@ func TestAckRetriesFailedDelete(t *testing.T) {
 		failures int32
 		fail     func(*http.Request) *http.Response
 	}{
-		"entry failed":                       {1, entriesFailed("InternalError", false)},
-		"entries failed twice":               {2, entriesFailed("ServiceUnavailable", false)},
+		"entry failed":                       {1, entriesFailed("InternalError", false)},      //nolint:bodyclose // a fake transport's response: the SDK reads and closes it
+		"entries failed twice":               {2, entriesFailed("ServiceUnavailable", false)}, //nolint:bodyclose // as above
 		"call failed past the SDK's retries": {3, serverError},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -121,7 +121,7 @@ func TestAckRetriesFailedDelete(t *testing.T) {
 // not retried: the redelivery is expected, and logged as such at info.
 func TestStaleReceiptIsNotRetried(t *testing.T) {
 	t.Parallel()
-	fake := &failingDeletes{inner: awshttp.NewBuildableClient(), fail: entriesFailed("ReceiptHandleIsInvalid", true)}
+	fake := &failingDeletes{inner: awshttp.NewBuildableClient(), fail: entriesFailed("ReceiptHandleIsInvalid", true)} //nolint:bodyclose // a fake transport's response: the SDK reads and closes it
 	fake.failures.Store(1)
 	logs := newSyncLogs()
 	cfg := testConfig(t)
