@@ -187,7 +187,7 @@ func copyID(d amqp.Delivery, msg *message.Message) string {
 // the delivery over as it is. err is an ack failure that must end the
 // subscription.
 func (p *PubSub) recount(ctx context.Context, src source, d amqp.Delivery, msg *message.Message) (done bool, err error) {
-	if err := p.republish(ctx, src.queue, d, msg, attemptOf(d, src.typ)); err != nil {
+	if err := p.republish(ctx, src.queue, d, msg, attemptOf(d, src.typ), 0); err != nil {
 		p.logger.Error("Counting a redelivery failed, handling it with the attempt counted for this delivery only", err,
 			watermill.LogFields{"message_uuid": msg.UUID, "amqp_queue": src.queue})
 		return false, nil
@@ -201,9 +201,10 @@ func (p *PubSub) recount(ctx context.Context, src source, d amqp.Delivery, msg *
 }
 
 // republish publishes a copy of delivery d to its own queue with eventpipe's
-// count set to attempt, and waits for the broker's confirm. The caller acks d
-// only if it succeeds.
-func (p *PubSub) republish(ctx context.Context, queue string, d amqp.Delivery, msg *message.Message, attempt int) error {
+// count set to attempt — after delay, through the queue's delay queue
+// (delay.go), when delay is more than 0 — and waits for the broker's confirm.
+// The caller acks d only if it succeeds.
+func (p *PubSub) republish(ctx context.Context, queue string, d amqp.Delivery, msg *message.Message, attempt int, delay time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.PublishTimeout)
 	defer cancel()
 	headers := make(amqp.Table, len(d.Headers)+4)
@@ -246,9 +247,20 @@ func (p *PubSub) republish(ctx context.Context, queue string, d amqp.Delivery, m
 	// The default exchange routes by queue name: the copy reaches this queue
 	// only, not every queue bound to the exchange it first came through.
 	err := p.withChannel(ctx, func(pc *pubChannel) error {
-		return p.publishOn(ctx, pc, "", queue, 1, func(int) (amqp.Publishing, context.Context, error) {
+		target := queue
+		if delay > 0 {
+			var err error
+			if target, err = p.delayQueue(ctx, pc, queue, delay); err != nil {
+				return err
+			}
+		}
+		err := p.publishOn(ctx, pc, "", target, 1, func(int) (amqp.Publishing, context.Context, error) {
 			return pub, context.Background(), nil
 		})
+		if err != nil && target != queue {
+			p.declared.Delete(target) // gone with a broker that lost its data
+		}
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("republish %s: %w", msg.UUID, err)

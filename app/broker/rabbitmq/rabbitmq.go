@@ -51,6 +51,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
 // QueueType is the RabbitMQ type of the queues DurableQueues declares.
@@ -534,11 +535,13 @@ func (p *PubSub) deliver(ctx context.Context, src source, d amqp.Delivery, out c
 }
 
 // settleNack gives a nacked delivery back to its queue: natively on a quorum
-// queue, which counts it, as a counted copy on a classic queue and for a
-// message without message_id, whose id only a copy can keep (attempts.go).
+// queue, which counts it, as a counted copy on a classic queue, for a message
+// without message_id, whose id only a copy can keep (attempts.go), and for a
+// nack with a delay, which only a copy can wait out (delay.go).
 func (p *PubSub) settleNack(ctx context.Context, src source, d amqp.Delivery, msg *message.Message) error {
-	if src.typ != QueueQuorum || d.MessageId == "" {
-		err := p.republish(ctx, src.queue, d, msg, attemptOf(d, src.typ)+1)
+	delay := metadata.NackDelay(msg)
+	if src.typ != QueueQuorum || d.MessageId == "" || delay > 0 {
+		err := p.republish(ctx, src.queue, d, msg, attemptOf(d, src.typ)+1, delay)
 		if err == nil {
 			if err := errors.Join(d.Ack(false), src.ackBarrier()); err != nil {
 				// The copy is in the queue; the original comes back too once
