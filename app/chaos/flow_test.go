@@ -24,6 +24,7 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 func numCPU() int { return runtime.NumCPU() }
@@ -457,7 +458,8 @@ func (r *flowRun) dlqDepth(ctx context.Context, queue string) (int, error) {
 	case "postgres":
 		var n int
 		err := r.sc.pool.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{r.sc.schema, "queue_" + queue}.Sanitize()).Scan(&n)
-		if err != nil && strings.Contains(err.Error(), "42P01") {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
 			return 0, nil // no table: nothing dead-lettered yet
 		}
 		return n, err

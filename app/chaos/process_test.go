@@ -105,13 +105,12 @@ func (p *process) start(ctx context.Context, timeout time.Duration) error {
 	p.mu.Unlock()
 
 	go func() {
-		err := cmd.Wait()
+		_ = cmd.Wait() // the exit is read from ProcessState
 		_ = logFile.Close()
 		rec := exitRecord{start: start, code: cmd.ProcessState.ExitCode(), at: time.Now(), log: logPath}
 		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			rec.signal = ws.Signal().String()
 		}
-		_ = err
 		p.mu.Lock()
 		rec.requested = p.requested
 		p.exits = append(p.exits, rec)
