@@ -644,3 +644,18 @@ func sqsAttribute(ctx context.Context, endpoint, queue string, name types.QueueA
 	}
 	return "(not set)"
 }
+
+// applyTopology provisions the flow's spec topology on the broker with
+// `eventpipe topology apply`, as the README does before serve.
+func (r *flowRun) applyTopology(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	file := filepath.Join(repoRoot(r.t), "config", "topology", r.flow+".yaml")
+	cmd := exec.CommandContext(ctx, r.bin, "topology", "apply", "-f", file)
+	cmd.Env = r.directEnv()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("eventpipe topology apply -f %s: %w: %s", file, err, truncate(string(out), 800))
+	}
+	return os.WriteFile(filepath.Join(r.dir, "topology-apply.txt"), out, 0o644)
+}
