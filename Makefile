@@ -63,6 +63,18 @@ bench: services ## benchmarks side by side with the raw clients, one table (BENC
 bench-quick: ## the quick pass of `make bench`
 	BENCH_QUICK=1 $(MAKE) bench
 
+# Fault injection from the outside (RELIABILITY.md): separately started
+# `eventpipe serve` processes killed, SIGTERMed and cut off from their broker
+# while traffic flows, then every message counted; fails on a lost or
+# duplicated effect or an event out of order. CHAOS_QUICK=1: the quick pass
+# (under 10 minutes); CHAOS_BROKERS / CHAOS_FLOWS pick a subset;
+# CHAOS_BROKER_RESTART=1 also restarts RabbitMQ and PostgreSQL (never while
+# others use them).
+CHAOS_TIMEOUT ?= 2h
+.PHONY: chaos
+chaos: services ## fault-injection harness: kills, SIGTERMs, cut/stalled connections; counts lost, duplicated, out of order (CHAOS_QUICK=1: quick pass)
+	EVENTPIPE_CHAOS=1 $(GO) test -run '^TestChaos$$' -v -count=1 -timeout $(CHAOS_TIMEOUT) ./app/chaos
+
 chromium: ## make sure headless Chromium is installed (the realtime demo page's browser test)
 	.ci/chromium
 
