@@ -48,6 +48,14 @@ import (
 //     the copy cannot be published the delivery is handed over as it is, its
 //     attempt counted for this delivery only: a broker that refuses
 //     publishes must not stop consumption, nor make a redelivery spin.
+//   - Except on an ordered queue (a topology's FIFO queue, Orderer): there
+//     the copy would go behind the later messages of its group (seen in make
+//     chaos: 47 booking events out of order after consumer kills), so a
+//     flagged redelivery is handed over in place, in its position, its
+//     attempt counted for this delivery only. The cost: on an ordered classic
+//     queue a message that kills its consumer every time is not stopped by the
+//     attempt limit; declare the queue quorum (x-delivery-count counts
+//     crashes natively) where that matters.
 //
 // A delivery's attempt number is eventpipe's count (x-eventpipe-attempt, 0 on
 // a message no eventpipe republished) plus the broker's count of the

@@ -96,6 +96,12 @@ func (f InstanceFanout) QueueType(topic string) QueueType {
 	return typeOfQueue(f.fallback(), topic)
 }
 
+// Ordered is the fallback's for other topics; instance queues keep no order
+// of their own.
+func (f InstanceFanout) Ordered(topic string) bool {
+	return !f.broadcast(topic) && ordered(f.fallback(), topic)
+}
+
 // forget passes on to the fallback, which may remember its declarations.
 func (f InstanceFanout) forget() {
 	if fb, ok := f.fallback().(forgetter); ok {

@@ -60,6 +60,9 @@ type compiledQueue struct {
 	name string
 	typ  string // classic or quorum
 	args amqp.Table
+	// fifo: the topology orders the queue's messages (per group); the
+	// subscriber then never reorders them (attempts.go).
+	fifo bool
 }
 
 type compiledBinding struct {
@@ -104,7 +107,7 @@ func compile(t topology.Topology) (compiled, error) {
 	for _, first := range []bool{true, false} {
 		for _, q := range all {
 			if dlqs[q.Name] == first {
-				c.queues = append(c.queues, compiledQueue{name: q.Name, typ: queueType(q), args: queueArgs(q)})
+				c.queues = append(c.queues, compiledQueue{name: q.Name, typ: queueType(q), args: queueArgs(q), fifo: q.FIFO})
 			}
 		}
 	}

@@ -435,7 +435,7 @@ func (p *PubSub) consumeOnce(ctx context.Context, topic string, out chan<- *mess
 	if err := p.topology.Declare(ch, topic); err != nil {
 		return false, err
 	}
-	src := source{queue: p.topology.Queue(topic), typ: typeOfQueue(p.topology, topic), ch: ch, prefetch: prefetch}
+	src := source{queue: p.topology.Queue(topic), typ: typeOfQueue(p.topology, topic), ordered: ordered(p.topology, topic), ch: ch, prefetch: prefetch}
 	deliveries, err := ch.Consume(src.queue, "", false, false, false, false, nil)
 	if err != nil {
 		return false, fmt.Errorf("consume: %w", err)
@@ -460,8 +460,10 @@ func (p *PubSub) consumeOnce(ctx context.Context, topic string, out chan<- *mess
 // source is the queue a subscription consumes from, its type, and the
 // channel and prefetch it consumes with.
 type source struct {
-	queue    string
-	typ      QueueType
+	queue string
+	typ   QueueType
+	// ordered: the queue keeps its messages in order (Orderer).
+	ordered  bool
 	ch       *amqp.Channel
 	prefetch int
 }
@@ -492,7 +494,7 @@ func (p *PubSub) deliver(ctx context.Context, src source, d amqp.Delivery, out c
 		msg.Metadata.Set(wamqp.MetadataRedeliveredKey, "true")
 	}
 	setAttempt(msg, d, src.typ)
-	if d.Redelivered && src.typ != QueueQuorum {
+	if d.Redelivered && src.typ != QueueQuorum && !src.ordered {
 		if done, err := p.recount(ctx, src, d, msg); done || err != nil {
 			return err
 		}

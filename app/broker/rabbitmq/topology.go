@@ -38,6 +38,21 @@ type QueueTyper interface {
 	QueueType(topic string) QueueType
 }
 
+// Orderer is implemented by a Topology that knows which queues keep their
+// messages in order (a topology's FIFO queues). On such a classic queue the
+// subscriber hands a redelivery over in place instead of republishing a
+// counted copy to the back of the queue, which would put it behind the later
+// messages of its group (see attempts.go).
+type Orderer interface {
+	Ordered(topic string) bool
+}
+
+// ordered reports whether t keeps topic's messages in order.
+func ordered(t Topology, topic string) bool {
+	o, ok := t.(Orderer)
+	return ok && o.Ordered(topic)
+}
+
 // forgetter is implemented by a Topology that declares once and remembers it
 // (Declared): forget makes its next Declare declare again. The PubSub calls it
 // when the broker may have lost what was declared: a publish came back
@@ -188,6 +203,16 @@ func (d *Declared) Route(topic string) (exchange, routingKey string) {
 
 // Queue consumes from the queue named topic.
 func (d *Declared) Queue(topic string) string { return topic }
+
+// Ordered implements Orderer: the topology's FIFO queues.
+func (d *Declared) Ordered(topic string) bool {
+	for _, q := range d.c.queues {
+		if q.name == topic {
+			return q.fifo
+		}
+	}
+	return ordered(d.fallback, topic)
+}
 
 // QueueType is the declared type of the queue named topic, or the fallback's
 // type for a topic outside the topology.
