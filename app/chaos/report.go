@@ -96,7 +96,8 @@ func Render(w io.Writer, title string, rows []Row) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "flow\tsent\teffects\tlost\tduplicated\tdead-lettered (expected/sent, other)\tout-of-order\tfaults injected\tmax recovery\tresult")
+	// A tabwriter buffers: a write error surfaces at Flush.
+	_, _ = fmt.Fprintln(tw, "flow\tsent\teffects\tlost\tduplicated\tdead-lettered (expected/sent, other)\tout-of-order\tfaults injected\tmax recovery\tresult")
 	for _, r := range rows {
 		order := "n/a"
 		if r.OutOfOrder >= 0 {
@@ -117,7 +118,7 @@ func Render(w io.Writer, title string, rows []Row) error {
 		if r.Failed() {
 			result = "FAIL"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n",
+		_, _ = fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n",
 			r.Flow, r.Sent, r.Effects, r.Lost, r.Duplicated, dead, order, FaultSummary(r.Faults), rec, result)
 	}
 	return tw.Flush()

@@ -299,7 +299,7 @@ func restartRabbitMQ(ctx context.Context, down time.Duration) error {
 func postgresCluster() (string, error) {
 	entries, err := os.ReadDir("/etc/postgresql")
 	if err != nil || len(entries) == 0 {
-		return "", fmt.Errorf("no cluster under /etc/postgresql: %v", err)
+		return "", fmt.Errorf("no cluster under /etc/postgresql: %w", err)
 	}
 	return entries[0].Name(), nil
 }
