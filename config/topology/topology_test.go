@@ -208,12 +208,15 @@ func TestSQSQueues(t *testing.T) {
 		}},
 		// The booking session FIFO pipeline spec, "SQS dedup": FIFO with
 		// producer-set dedup ids (no content-based dedup). Max receives 5 is
-		// eventpipe's rule: "DLQ posture" gives no count.
+		// eventpipe's rule: "DLQ posture" gives no count. The 60 s visibility
+		// is eventpipe's too (the spec gives none): the delivery's lease must
+		// outlive the in-process retries that hold a session.
 		{"booking.yaml", topology.Queue{
-			Name:        "booking-session-events.fifo",
-			FIFO:        true,
-			MaxReceives: 5,
-			DeadLetter:  &topology.DeadLetter{Queue: "booking-session-events-dlq.fifo"},
+			Name:              "booking-session-events.fifo",
+			FIFO:              true,
+			VisibilityTimeout: 60 * time.Second,
+			MaxReceives:       5,
+			DeadLetter:        &topology.DeadLetter{Queue: "booking-session-events-dlq.fifo"},
 		}},
 		// The join-link scheduled-generation spec, dec-07: no DLQ by design.
 		{"joinlink.yaml", topology.Queue{Name: "join-link-generation"}},
