@@ -300,7 +300,11 @@ func (p *Postgres) CreateMessage(ctx context.Context, m Message) error {
 	return nil
 }
 
-// Message implements Store.
+// Message implements Store. The row is locked (FOR UPDATE) until the
+// transaction ctx carries ends: callbacks update a message by reading it whole
+// and writing it back (UpdateMessage), and two of them on one message at once
+// (the follow-up's answer evaluation, the voice transcript) would otherwise
+// lose one of the two writes.
 func (p *Postgres) Message(ctx context.Context, id int64) (Message, error) {
 	var (
 		m                                   Message
@@ -309,7 +313,7 @@ func (p *Postgres) Message(ctx context.Context, id int64) (Message, error) {
 	)
 	err := dbtx.Q(ctx, p.pool).QueryRow(ctx, `SELECT id, session_id, role, content, status, answer_intent, answer_evaluation, tts_status,
 		audio_key, audio_duration_sec, tts_error_code, voice_metrics, voice_error_code
-		FROM `+p.t("stackup_interview_messages")+` WHERE id = $1`, id).
+		FROM `+p.t("stackup_interview_messages")+` WHERE id = $1 FOR UPDATE`, id).
 		Scan(&m.ID, &m.SessionID, &m.Role, &m.Content, &m.Status, &intent, &eval, &ttsStatus, &m.AudioKey, &m.AudioDurationSec,
 			&ttsErr, &metrics, &voiceErr)
 	if err != nil {

@@ -125,6 +125,9 @@ type Store interface {
 	Feedback(ctx context.Context, sessionID int64) (Feedback, error)
 
 	CreateMessage(ctx context.Context, m Message) error
+	// Message returns the message; inside Atomically it is held until the
+	// transaction ends, so a read-modify-write (UpdateMessage) never loses
+	// a concurrent one.
 	Message(ctx context.Context, id int64) (Message, error)
 	UpdateMessage(ctx context.Context, m Message) error
 	DeleteMessage(ctx context.Context, id int64) (deleted bool, err error)

@@ -114,6 +114,38 @@ var suite = []struct {
 		_, err = s.SaveFeedback(ctx, core.Feedback{SessionID: 77, Feedback: json.RawMessage(`{}`)})
 		assert.ErrorIs(t, err, core.ErrNotFound)
 	}},
+	{"concurrent read-modify-writes of one message both land", func(t *testing.T, s core.Store) {
+		// Two callbacks on one answer at once: the follow-up sets its
+		// evaluation, the voice analysis its transcript (seen lost on
+		// Postgres: one write overwrote the other).
+		ctx := context.Background()
+		require.NoError(t, s.CreateSession(ctx, core.Session{ID: 5}))
+		require.NoError(t, s.CreateMessage(ctx, core.Message{ID: 1, SessionID: 5, Role: core.RoleInterviewee, Status: core.MsgNormal}))
+		spec := 4.0
+		read := make(chan struct{}, 2)
+		update := func(change func(*core.Message)) error {
+			return s.Atomically(ctx, func(ctx context.Context) error {
+				m, err := s.Message(ctx, 1)
+				if err != nil {
+					return err
+				}
+				read <- struct{}{}
+				time.Sleep(200 * time.Millisecond) // the other one reads meanwhile
+				change(&m)
+				return s.UpdateMessage(ctx, m)
+			})
+		}
+		errs := make(chan error, 2)
+		go func() { errs <- update(func(m *core.Message) { m.AnswerEvaluation = &catalog.AnswerEvaluation{Specificity: &spec} }) }()
+		go func() { errs <- update(func(m *core.Message) { m.Content = "transcript" }) }()
+		require.NoError(t, <-errs)
+		require.NoError(t, <-errs)
+		got, err := s.Message(ctx, 1)
+		require.NoError(t, err)
+		assert.Equal(t, "transcript", got.Content)
+		require.NotNil(t, got.AnswerEvaluation, "the evaluation survived the transcript's write")
+		assert.Equal(t, spec, *got.AnswerEvaluation.Specificity)
+	}},
 	{"messages", func(t *testing.T, s core.Store) {
 		ctx := context.Background()
 		require.NoError(t, s.CreateSession(ctx, core.Session{ID: 5}))
