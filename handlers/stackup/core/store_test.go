@@ -136,7 +136,9 @@ var suite = []struct {
 			})
 		}
 		errs := make(chan error, 2)
-		go func() { errs <- update(func(m *core.Message) { m.AnswerEvaluation = &catalog.AnswerEvaluation{Specificity: &spec} }) }()
+		go func() {
+			errs <- update(func(m *core.Message) { m.AnswerEvaluation = &catalog.AnswerEvaluation{Specificity: &spec} })
+		}()
 		go func() { errs <- update(func(m *core.Message) { m.Content = "transcript" }) }()
 		require.NoError(t, <-errs)
 		require.NoError(t, <-errs)
