@@ -42,6 +42,18 @@ type NackDelayer interface {
 	NacksWithDelay() bool
 }
 
+// Refusal is implemented by a Publish error that is the broker's (or the
+// routing's) refusal of the message itself: sending the same message again
+// cannot succeed (too large, routed to no queue). Callers that retry
+// unavailability for ever (the outbox relay) park such a message instead.
+type Refusal interface {
+	error
+	Refused() bool
+}
+
+// Refused implements Refusal: a payload over the limit never fits.
+func (e *PayloadTooLargeError) Refused() bool { return true }
+
 // PartialPublishError is implemented by a Publish error when the adapter
 // knows that only some messages of the call were not sent: FailedUUIDs names
 // them, and every other message of the call was confirmed. Callers that track

@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"github.com/eventpipe/eventpipe/app/broker"
-	"github.com/eventpipe/eventpipe/app/broker/routing"
 	"github.com/eventpipe/eventpipe/app/failure"
 )
 
@@ -10,7 +9,7 @@ import (
 // message itself, so that sending it again can only fail again:
 //
 //   - a payload over broker.MaxPayloadBytes (*broker.PayloadTooLargeError);
-//   - a routing key no queue is bound for (*routing.UnroutableError);
+//   - a routing key no queue is bound for (broker.Refusal: *routing.UnroutableError);
 //   - an error marked failure.Permanent by the adapter.
 //
 // Everything else is transient — a broker down, closed, reconnecting or slow,
@@ -25,8 +24,21 @@ func permanent(err error) bool {
 	switch e := err.(type) { //nolint:errorlint // walks the chain itself: the outermost marker wins
 	case nil, *failure.TransientError:
 		return false
-	case *failure.PermanentError, *broker.PayloadTooLargeError, *routing.UnroutableError:
+	case *failure.PermanentError:
 		return true
+	case broker.Refusal:
+		if e.Refused() {
+			return true
+		}
+		return permanentInside(e)
+	default:
+		return permanentInside(err)
+	}
+}
+
+// permanentInside walks err's wrapped errors (see permanent).
+func permanentInside(err error) bool {
+	switch e := err.(type) { //nolint:errorlint // walks the chain itself
 	case interface{ Unwrap() []error }:
 		for _, inner := range e.Unwrap() {
 			if permanent(inner) {

@@ -36,6 +36,10 @@ type UnroutableError struct {
 	Exchange, RoutingKey string
 }
 
+// Refused implements broker.Refusal: no queue is bound for the key, so the
+// same publish fails the same way.
+func (e *UnroutableError) Refused() bool { return true }
+
 func (e *UnroutableError) Error() string {
 	return fmt.Sprintf("routing: no queue is bound to exchange %q for routing key %q: nothing sent", e.Exchange, e.RoutingKey)
 }
