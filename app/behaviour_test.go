@@ -4,14 +4,11 @@ package app_test
 // the router and the one middleware chain, on every broker.
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -34,6 +31,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/testbrokers"
+	"github.com/eventpipe/eventpipe/app/testenv"
 )
 
 // Environment variables of the crash child process.
@@ -383,31 +381,9 @@ func testKilledMidHandler(t *testing.T, b testbrokers.Kind) {
 	msg := newTracedMessage(`{"n":5}`)
 	publish(t, f.ps, f.queue, msg)
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestBehaviourCrashChild$", "-test.v")
-	cmd.Env = append(os.Environ(), childKindEnv+"="+b.Name, childScopeEnv+"="+f.scope, childQueueEnv+"="+f.queue)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = cmd.Stdout
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-
-	handling := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if id, ok := strings.CutPrefix(sc.Text(), "HANDLING "); ok {
-				handling <- id
-			}
-		}
-	}()
-	select {
-	case id := <-handling:
-		require.Equal(t, msg.UUID, id)
-	case <-time.After(60 * time.Second):
-		require.FailNow(t, "the child never started handling the message")
-	}
-	require.NoError(t, cmd.Process.Kill())
-	_ = cmd.Wait()
+	id := testenv.KillChildAt(t, "TestBehaviourCrashChild", "HANDLING ",
+		childKindEnv+"="+b.Name, childScopeEnv+"="+f.scope, childQueueEnv+"="+f.queue)
+	require.Equal(t, msg.UUID, id)
 
 	startRoute(t, f.ps, f.route(testPolicy(route.InProcess, route.DeadLetter, f.dlq), func(m *message.Message) error {
 		f.effects.effect(m.UUID)

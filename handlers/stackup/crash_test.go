@@ -1,12 +1,9 @@
 package stackup_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
@@ -50,30 +47,8 @@ func TestAIWorkerKilledMidCallAnswersOnce(t *testing.T) {
 	req, topic := encode(t, catalog.Outgoing{Type: catalog.AnalyzeWeb, Payload: &catalog.AnalyzeWebV1{ResumeID: web, URL: "https://example.com/me", AnalyzedDocumentID: newID()}})
 	require.NoError(t, pub.Publish(topic, req))
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestAIWorkerCrashChild$", "-test.v")
-	cmd.Env = append(os.Environ(), crashScopeEnv+"="+scope, crashSchemaEnv+"="+schema)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = cmd.Stdout
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	working := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if id, ok := strings.CutPrefix(sc.Text(), "WORKING "); ok {
-				working <- id
-			}
-		}
-	}()
-	select {
-	case id := <-working:
-		require.Equal(t, req.UUID, id)
-	case <-time.After(60 * time.Second):
-		t.Fatal("the child worker never started the model call")
-	}
-	require.NoError(t, cmd.Process.Kill())
-	_ = cmd.Wait()
+	id := testenv.KillChildAt(t, "TestAIWorkerCrashChild", "WORKING ", crashScopeEnv+"="+scope, crashSchemaEnv+"="+schema)
+	require.Equal(t, req.UUID, id, "killed in the middle of this request's model call")
 
 	// The next worker: same inbox, same broker, a model that answers.
 	proc := newFakeProc()

@@ -1,12 +1,10 @@
 package postgres_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +18,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/broker/brokertest"
 	"github.com/eventpipe/eventpipe/app/broker/postgres"
 	"github.com/eventpipe/eventpipe/app/metadata"
+	"github.com/eventpipe/eventpipe/app/testenv"
 )
 
 // crashChildEnv holds the crash child's orders (a crashOrders as JSON).
@@ -48,32 +47,9 @@ func crashConsumer(t *testing.T, cfg postgres.Config, topic string) crashed {
 		DSN: cfg.DSN, Schema: cfg.Schema, AppName: cfg.ApplicationName, Topic: topic, AckDeadline: cfg.AckDeadline,
 	})
 	require.NoError(t, err)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), crashChildEnv+"="+string(orders))
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = cmd.Stdout
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-
-	got := make(chan crashed, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if rest, ok := strings.CutPrefix(sc.Text(), "DELIVERED "); ok {
-				uuid, attempt, _ := strings.Cut(rest, " ")
-				got <- crashed{uuid: uuid, attempt: attempt, reported: time.Now()}
-			}
-		}
-	}()
-	var c crashed
-	select {
-	case c = <-got:
-	case <-time.After(60 * time.Second):
-		t.Fatal("the child never got a message")
-	}
-	require.NoError(t, cmd.Process.Kill())
-	_ = cmd.Wait()
+	rest := testenv.KillChildAt(t, "TestCrashChild", "DELIVERED ", crashChildEnv+"="+string(orders))
+	uuid, attempt, _ := strings.Cut(rest, " ")
+	c := crashed{uuid: uuid, attempt: attempt, reported: time.Now()}
 	return c
 }
 
