@@ -27,20 +27,13 @@ func Timeout(d time.Duration) message.HandlerMiddleware {
 			produced, err := h(msg)
 			msg.SetContext(parent)
 			if err != nil && parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return produced, failure.AsTransient(fmt.Errorf("handler timed out after %s: %w", d, errors.Join(context.DeadlineExceeded, unwrapCanceled(err))), 0)
+				// The handler's own error is kept as text only: a
+				// context.Canceled in it must not read as shutdown.
+				return produced, failure.AsTransient(fmt.Errorf("handler timed out after %s (%v): %w", d, err, context.DeadlineExceeded), 0)
 			}
 			return produced, err
 		}
 	}
-}
-
-// unwrapCanceled hides a context.Canceled in err (a handler that reports its
-// context ending as cancellation): after a timeout it is not a shutdown.
-func unwrapCanceled(err error) error {
-	if errors.Is(err, context.Canceled) {
-		return errors.New(err.Error())
-	}
-	return err
 }
 
 // UTF8 refuses a body that is not valid UTF-8 as a permanent failure before
