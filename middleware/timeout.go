@@ -29,7 +29,7 @@ func Timeout(d time.Duration) message.HandlerMiddleware {
 			if err != nil && parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				// The handler's own error is kept as text only: a
 				// context.Canceled in it must not read as shutdown.
-				return produced, failure.AsTransient(fmt.Errorf("handler timed out after %s (%v): %w", d, err, context.DeadlineExceeded), 0)
+				return produced, failure.AsTransient(fmt.Errorf("handler timed out after %s (%s): %w", d, err.Error(), context.DeadlineExceeded), 0)
 			}
 			return produced, err
 		}
