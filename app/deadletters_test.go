@@ -58,13 +58,14 @@ func TestPeekAndRedriveDeadLetters(t *testing.T) {
 			publish(t, ps, queue, msgs...)
 
 			var views []app.DeadLetterView
-			require.Eventually(t, func() bool {
+			require.EventuallyWithT(t, func(c *assert.CollectT) {
 				peeker := testbrokers.New(t, b.Name, scope)
 				var err error
 				views, err = app.PeekDeadLetters(context.Background(), peeker, dlq, 10, 2*time.Second)
-				require.NoError(t, err)
 				_ = peeker.Close()
-				return len(views) == 2
+				if assert.NoError(c, err) {
+					assert.Len(c, views, 2)
+				}
 			}, 3*b.Redelivery, 100*time.Millisecond, "both dead letters visible")
 			for _, v := range views {
 				require.NotNil(t, v.History, v.ID)
@@ -79,11 +80,12 @@ func TestPeekAndRedriveDeadLetters(t *testing.T) {
 			startRoute(t, ps2, r)
 			redriver := testbrokers.New(t, b.Name, scope)
 			var total []app.Redriven
-			require.Eventually(t, func() bool {
+			require.EventuallyWithT(t, func(c *assert.CollectT) {
 				done, err := app.RedriveDeadLetters(context.Background(), redriver, redriver, dlq, "", 0, 2*time.Second)
-				require.NoError(t, err)
 				total = append(total, done...)
-				return len(total) >= 2
+				if assert.NoError(c, err) {
+					assert.GreaterOrEqual(c, len(total), 2)
+				}
 			}, 3*b.Redelivery, 100*time.Millisecond)
 			for _, r := range total {
 				assert.Equal(t, queue, r.To)
@@ -112,11 +114,12 @@ func TestPeekDeadLettersLeavesThemVisible(t *testing.T) {
 
 			peeker := testbrokers.New(t, b.Name, scope)
 			var views []app.DeadLetterView
-			require.Eventually(t, func() bool {
+			require.EventuallyWithT(t, func(c *assert.CollectT) {
 				var err error
 				views, err = app.PeekDeadLetters(context.Background(), peeker, dlq, 10, time.Second)
-				require.NoError(t, err)
-				return len(views) == 2
+				if assert.NoError(c, err) {
+					assert.Len(c, views, 2)
+				}
 			}, 3*b.Redelivery, 100*time.Millisecond, "both dead letters visible")
 			for range 2 {
 				again, err := app.PeekDeadLetters(context.Background(), peeker, dlq, 10, time.Second)

@@ -38,10 +38,11 @@ func TestRelayCommand(t *testing.T) {
 		done <- cli.Run(runCtx, []string{"relay", "--schema", schema}, strings.NewReader(""), &out, &errOut,
 			[]string{"EVENTPIPE_POSTGRES_DSN=" + testenv.PostgresDSN(t), "EVENTPIPE_BROKER=memory"})
 	}()
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var published bool
-		require.NoError(t, pool.QueryRow(ctx, `SELECT published_at IS NOT NULL FROM `+pgx.Identifier{schema, "outbox"}.Sanitize()+` WHERE event_id = 'evt-cli'`).Scan(&published))
-		return published
+		if assert.NoError(c, pool.QueryRow(ctx, `SELECT published_at IS NOT NULL FROM `+pgx.Identifier{schema, "outbox"}.Sanitize()+` WHERE event_id = 'evt-cli'`).Scan(&published)) {
+			assert.True(c, published)
+		}
 	}, 20*time.Second, 20*time.Millisecond)
 	stop()
 	select {

@@ -105,11 +105,12 @@ func TestRelayToMemoryBroker(t *testing.T) {
 // test's NOTIFY cannot arrive before it.
 func waitListening(t *testing.T, e env) {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var n int
-		require.NoError(t, e.pool.QueryRow(context.Background(),
-			`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'idle'`, outbox.ListenerAppName(e.schema)).Scan(&n))
-		return n > 0
+		if assert.NoError(c, e.pool.QueryRow(context.Background(),
+			`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'idle'`, outbox.ListenerAppName(e.schema)).Scan(&n)) {
+			assert.Positive(c, n)
+		}
 	}, 10*time.Second, 10*time.Millisecond)
 	time.Sleep(50 * time.Millisecond) // LISTEN follows the connect
 }

@@ -55,10 +55,11 @@ func TestQueueStatsDelayedAndOldestAge(t *testing.T) {
 	m = brokertest.Next(t, msgs, 10*time.Second)
 	require.Equal(t, held.UUID, m.UUID, "counting did not take the claimed message away")
 	require.True(t, m.Ack())
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		s, err = ps.QueueStats(ctx, topic)
-		require.NoError(t, err)
-		return s.InFlight == 0
+		if assert.NoError(c, err) {
+			assert.Zero(c, s.InFlight)
+		}
 	}, 10*time.Second, 50*time.Millisecond)
 	assert.Equal(t, broker.QueueStats{Queue: topic, Delayed: 1, InFlightKnown: true, OldestAge: s.OldestAge}, s)
 	assert.False(t, s.Empty(), "a message waiting for its redelivery is not drained")

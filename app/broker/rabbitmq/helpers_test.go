@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventpipe/eventpipe/app/broker/rabbitmq"
@@ -421,9 +422,10 @@ func closeConnectionsViaAPI(t *testing.T, amqpURL, vhost string) {
 	var conns []struct {
 		Name string `json:"name"`
 	}
-	require.Eventually(t, func() bool {
-		require.NoError(t, json.Unmarshal(do(http.MethodGet, "/vhosts/"+url.PathEscape(vhost)+"/connections"), &conns))
-		return len(conns) > 0
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		if assert.NoError(c, json.Unmarshal(do(http.MethodGet, "/vhosts/"+url.PathEscape(vhost)+"/connections"), &conns)) {
+			assert.NotEmpty(c, conns)
+		}
 	}, 10*time.Second, 100*time.Millisecond, "no connection to close in vhost %s", vhost)
 	for _, c := range conns {
 		do(http.MethodDelete, "/connections/"+url.PathEscape(c.Name))

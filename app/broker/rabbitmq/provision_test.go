@@ -77,12 +77,13 @@ func publish(t *testing.T, ch *amqp.Channel, exchange, key, body string) {
 func getOne(t *testing.T, ch *amqp.Channel, queue string) amqp.Delivery {
 	t.Helper()
 	var d amqp.Delivery
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var ok bool
 		var err error
 		d, ok, err = ch.Get(queue, false)
-		require.NoError(t, err)
-		return ok
+		if assert.NoError(c, err) {
+			assert.True(c, ok)
+		}
 	}, 10*time.Second, 20*time.Millisecond, "no message in %s", queue)
 	return d
 }

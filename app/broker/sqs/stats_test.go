@@ -34,10 +34,11 @@ func TestQueueStatsDelayedAndDeletedQueue(t *testing.T) {
 
 	require.NoError(t, ps.Publish(queue, message.NewMessage(watermill.NewUUID(), []byte(`{}`))))
 	var s broker.QueueStats
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		s, err = ps.QueueStats(ctx, queue)
-		require.NoError(t, err)
-		return s.Delayed == 1
+		if assert.NoError(c, err) {
+			assert.Equal(c, int64(1), s.Delayed)
+		}
 	}, 10*time.Second, 100*time.Millisecond, "the delayed message counted")
 	assert.Equal(t, broker.QueueStats{
 		Queue: queue, Delayed: 1, InFlightKnown: true, Approximate: true, Note: s.Note,
