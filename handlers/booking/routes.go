@@ -113,8 +113,11 @@ func (h Handlers) handle(msg *message.Message) error {
 	log = log.With(slog.String("event_id", ev.EventID), slog.String("booking_session_id", ev.BookingSessionID),
 		slog.String("type", ev.Type))
 	if ev.EventID != "" && ev.EventID != msg.UUID {
-		// The body is the contract (§"Consumer-side idempotency").
-		log.WarnContext(ctx, "message id differs from the body's eventId; deduplicating on the body's")
+		// The body is the contract (§"Consumer-side idempotency"). A
+		// publisher other than eventpipe never sets the transport's id to
+		// the eventId (SQS assigns its own MessageId), so this is the normal
+		// case for the spec's producers: debug, not a warning.
+		log.DebugContext(ctx, "message id differs from the body's eventId; deduplicating on the body's")
 	}
 	// ev.EventID goes to the inbox as the body has it, "" included: the
 	// inbox refuses an empty id (permanent), so a missing id surfaces as a
