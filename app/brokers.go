@@ -99,7 +99,7 @@ func newAdapter(ctx context.Context, cfg config.Config, instance string, logger 
 		if err != nil {
 			return nil, backoff.Permanent(err)
 		}
-		return sqs.New(ctx, sqs.Config{
+		ps, err := sqs.New(ctx, sqs.Config{
 			QueueBatchSizes: batchSizes(top),
 			Region:          cfg.SQS.Region,
 			Endpoint:        cfg.SQS.Endpoint,
@@ -109,6 +109,21 @@ func newAdapter(ctx context.Context, cfg config.Config, instance string, logger 
 			NackVisibility:  cfg.SQS.NackVisibility,
 			CreateQueues:    cfg.SQS.CreateQueues,
 		}, logger)
+		if err != nil || !cfg.SQS.CreateQueues || len(top.AllQueues()) == 0 {
+			return ps, err
+		}
+		// The spec queues are created as declared (visibility, FIFO,
+		// redrive policy), not later by Subscribe with SQS's defaults.
+		drift, err := ps.CreateMissing(ctx, top)
+		if err != nil {
+			_ = ps.Close()
+			return nil, fmt.Errorf("create the spec queues: %w", err)
+		}
+		for _, c := range drift {
+			logger.Info("SQS queue differs from its declaration; `eventpipe topology apply` changes it",
+				watermill.LogFields{"change": c.String()})
+		}
+		return ps, nil
 	case config.KindPostgres:
 		top, err := SpecTopology(cfg)
 		if err != nil {

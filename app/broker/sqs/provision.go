@@ -238,24 +238,37 @@ type liveQueue struct {
 // provisioner walks a topology in dependency order: a queue's dead-letter
 // queue before the queue. apply selects Apply over Plan.
 type provisioner struct {
-	p     *PubSub
-	t     topology.Topology
-	apply bool
+	p    *PubSub
+	t    topology.Topology
+	mode provisionMode
 
 	queues map[string]topology.Queue
 	done   map[string]string // name → ARN (derived when Plan finds it missing)
 	busy   map[string]bool   // on the current dependency path: cycle check
-	// plan holds every change found (Plan), or only the unresolved ones
-	// (Apply).
+	// plan holds every change found (Plan; CreateMissing: those of the
+	// queues that exist), or only the unresolved ones (Apply).
 	plan topology.Plan
 }
+
+// provisionMode is what provision does with what it finds.
+type provisionMode int
+
+const (
+	// planOnly changes nothing and reports every difference.
+	planOnly provisionMode = iota
+	// applyAll creates missing queues and sets differing attributes.
+	applyAll
+	// createMissing creates missing queues and reports, without changing,
+	// the differences of the queues that exist.
+	createMissing
+)
 
 // Plan compares the declared topology's queues with the live ones: missing
 // queues, and every managed attribute that differs (see the mapping table
 // above). It changes nothing. SQS has no exchanges or bindings: those are
 // routed by the pipeline itself and have nothing to compare here.
 func (p *PubSub) Plan(ctx context.Context, t topology.Topology) (topology.Plan, error) {
-	return p.provision(ctx, t, false)
+	return p.provision(ctx, t, planOnly)
 }
 
 // Apply creates the missing queues (each dead-letter queue before its
@@ -264,14 +277,26 @@ func (p *PubSub) Plan(ctx context.Context, t topology.Topology) (topology.Plan, 
 // a queue: what SQS cannot change in place (FifoQueue) is returned with the
 // operator's fix. Running it again changes nothing.
 func (p *PubSub) Apply(ctx context.Context, t topology.Topology) (topology.Plan, error) {
-	return p.provision(ctx, t, true)
+	return p.provision(ctx, t, applyAll)
 }
 
-func (p *PubSub) provision(ctx context.Context, t topology.Topology, apply bool) (topology.Plan, error) {
+// CreateMissing creates the declared queues that do not exist (each
+// dead-letter queue before its source) with their attributes and redrive
+// policy, as Apply does, and leaves the queues that exist as they are: it
+// returns their differences from the declaration (drift), for the caller to
+// report. This is Config.CreateQueues for a broker that knows its topology:
+// a queue serve creates has the spec's visibility timeout, FIFO attributes
+// and dead-letter queue, not SQS's defaults, while changing a live queue
+// stays `eventpipe topology apply`'s decision.
+func (p *PubSub) CreateMissing(ctx context.Context, t topology.Topology) (topology.Plan, error) {
+	return p.provision(ctx, t, createMissing)
+}
+
+func (p *PubSub) provision(ctx context.Context, t topology.Topology, mode provisionMode) (topology.Plan, error) {
 	if err := t.Validate(); err != nil {
 		return nil, fmt.Errorf("sqs: topology %s: %w", t.Name, err)
 	}
-	pr := &provisioner{p: p, t: t, apply: apply, queues: map[string]topology.Queue{}, done: map[string]string{}, busy: map[string]bool{}}
+	pr := &provisioner{p: p, t: t, mode: mode, queues: map[string]topology.Queue{}, done: map[string]string{}, busy: map[string]bool{}}
 	all := t.AllQueues()
 	for _, q := range all {
 		pr.queues[q.Name] = q
@@ -313,7 +338,7 @@ func (pr *provisioner) ensure(ctx context.Context, name string) (string, error) 
 		dlqArn = siblingOf(live.attrs[attrArn], q.DeadLetter.Queue) // Plan, DLQ missing
 	}
 	want := desiredQueue(q, dlqArn)
-	if live == nil && pr.apply {
+	if live == nil && pr.mode != planOnly {
 		live, err = pr.p.createQueue(ctx, want)
 		if err != nil {
 			return "", err
@@ -337,7 +362,7 @@ func (pr *provisioner) ensure(ctx context.Context, name string) (string, error) 
 
 	arn := live.attrs[attrArn]
 	changes, set := want.diff(live.attrs)
-	if !pr.apply {
+	if pr.mode != applyAll {
 		pr.plan = append(pr.plan, changes...)
 		pr.done[name] = arn
 		return arn, nil

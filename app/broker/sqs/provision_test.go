@@ -226,6 +226,39 @@ func TestPlanFindsDriftApplyFixesIt(t *testing.T) {
 	assert.Equal(t, "180", attributes(t, c, q0.Name)["VisibilityTimeout"])
 }
 
+// CreateMissing (serve with create_queues) creates the declared queues that
+// are missing with their attributes and redrive policy, and only reports a
+// queue that exists and differs: changing a live queue is topology apply's.
+func TestCreateMissingCreatesAsDeclaredAndLeavesLiveQueues(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tp := uniqueTopology(t, interviewsLike())
+	ps := newPubSub(t, testConfig(t))
+	c := rawClient(t)
+
+	q0, fifo := tp.Queues[0], tp.Queues[2]
+	drift, err := ps.CreateMissing(ctx, tp)
+	require.NoError(t, err)
+	assert.True(t, drift.InSync(), "nothing existed, so nothing drifted:\n%s", drift)
+	got := attributes(t, c, q0.Name)
+	assert.Equal(t, secs(q0.VisibilityTimeout), got["VisibilityTimeout"])
+	assert.Contains(t, got["RedrivePolicy"], attributes(t, c, q0.DeadLetter.Queue)["QueueArn"])
+	assert.Equal(t, "true", attributes(t, c, fifo.Name)["FifoQueue"])
+	plan, err := ps.Plan(ctx, tp)
+	require.NoError(t, err)
+	assert.True(t, plan.InSync(), "created exactly as declared:\n%s", plan)
+
+	_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{
+		QueueUrl: aws.String(queueURL(t, c, q0.Name)), Attributes: map[string]string{"VisibilityTimeout": "30"},
+	})
+	require.NoError(t, err)
+	drift, err = ps.CreateMissing(ctx, tp)
+	require.NoError(t, err)
+	assert.Equal(t, topology.Plan{{Kind: topology.Differs, Object: "queue " + q0.Name, Attribute: "VisibilityTimeout",
+		Want: secs(q0.VisibilityTimeout), Have: "30"}}, drift)
+	assert.Equal(t, "30", attributes(t, c, q0.Name)["VisibilityTimeout"], "a live queue is left as it is")
+}
+
 // A queue that exists with SQS's defaults (CreateQueue with the declared
 // attributes would fail with QueueAlreadyExists on SQS) is adopted: its
 // attributes are set in place, its messages kept.
