@@ -42,11 +42,6 @@ const (
 	settlementRequestIDPrefix = "settlement-"
 )
 
-// MaxDurationSeconds is the longest interview a completion may report: a
-// day. Anything longer is a producer bug (milliseconds sent as seconds, a
-// clock gone wrong) that would bill absurd amounts, so it is dropped as
-// invalid rather than capped silently. The spec states no bound; this is ours.
-const MaxDurationSeconds = 24 * 60 * 60
 
 var objectID = regexp.MustCompile(`^[0-9a-fA-F]{24}$`)
 
@@ -189,8 +184,6 @@ func checkDuration(d float64) error {
 		return invalid("durationSeconds must be a finite number")
 	case d < 0:
 		return invalid("durationSeconds %g is negative", d)
-	case d > MaxDurationSeconds:
-		return invalid("durationSeconds %g is longer than %d (a day)", d, MaxDurationSeconds)
 	}
 	return nil
 }

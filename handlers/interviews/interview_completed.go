@@ -45,7 +45,7 @@ func storeError(ctx context.Context, log *slog.Logger, what string, err error) e
 }
 
 func (h Handlers) settleCompleted(ctx context.Context, log *slog.Logger, msg *message.Message, ev InterviewCompleted) error {
-	billedCredits := int64(math.Floor(ev.DurationSeconds / 60))
+	billedCredits := BilledCredits(ev.DurationSeconds)
 	log = log.With(slog.String("interview_id", ev.InterviewID), slog.String("organization_id", ev.OrganizationID))
 
 	report, err := NewReportGenerateMessage(ctx, ReportGenerate{InterviewID: ev.InterviewID, OrganizationID: ev.OrganizationID})
@@ -117,4 +117,18 @@ func (h Handlers) settleFailed(ctx context.Context, log *slog.Logger, ev Intervi
 // sides.
 func (h Handlers) messageLogger(ctx context.Context, msg *message.Message) *slog.Logger {
 	return msgctx.Logger(ctx, h.Logger, msg).With(slog.String("request_id", RequestIDOf(msg)))
+}
+
+// BilledCredits is what an interview of d seconds consumes: one credit per
+// whole minute (rounded down). The spec caps consumption at the reserved
+// credits, which the store applies; any finite, non-negative d settles, so a
+// duration larger than int64 minutes is the largest count rather than a
+// conversion that overflows (seen: 1e308 seconds must settle as "all the
+// reserved credits", not be dropped and leave them reserved forever).
+func BilledCredits(d float64) int64 {
+	m := math.Floor(d / 60)
+	if m >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return max(0, int64(m))
 }
