@@ -42,7 +42,6 @@ const (
 	settlementRequestIDPrefix = "settlement-"
 )
 
-
 var objectID = regexp.MustCompile(`^[0-9a-fA-F]{24}$`)
 
 // IsObjectID reports whether s has the shape of a MongoDB ObjectId: 24 hex
