@@ -69,6 +69,7 @@ EVENTPIPE_* environment variables; switch brokers with EVENTPIPE_BROKER.`,
 	root.AddCommand(e.relayCmd())
 	root.AddCommand(e.outboxCmd())
 	root.AddCommand(e.dlqCmd())
+	root.AddCommand(e.drainCheckCmd())
 	// The specs' own commands (eventpipe realtime token, …).
 	root.AddCommand(app.Commands(spec.CommandEnv{
 		Load:   e.load,
@@ -79,7 +80,7 @@ EVENTPIPE_* environment variables; switch brokers with EVENTPIPE_BROKER.`,
 	if err == nil {
 		return ExitOK
 	}
-	if errors.Is(err, errDrift) {
+	if errors.Is(err, errDrift) || errors.Is(err, errNotDrained) {
 		return ExitFailure
 	}
 	_, _ = fmt.Fprintln(stderr, "eventpipe:", err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/eventpipe/eventpipe/app"
 	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/topology"
 	"github.com/eventpipe/eventpipe/config"
 )
 
@@ -88,6 +89,8 @@ messages (0 = until the queue stays empty for --wait).`,
 type brokerSession struct {
 	ps  broker.PubSub
 	pub message.Publisher
+	// top is the enabled specs' topology.
+	top topology.Topology
 }
 
 // withBroker connects to the configured broker for one command on queue.
@@ -118,5 +121,5 @@ func (e *env) withBroker(cmd *cobra.Command, queue string, f func(brokerSession)
 	if err != nil {
 		return err
 	}
-	return f(brokerSession{ps: ps, pub: pub})
+	return f(brokerSession{ps: ps, pub: pub, top: top})
 }

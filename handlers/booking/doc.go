@@ -46,11 +46,10 @@
 //
 // # Drain-to-zero gate
 //
-// CheckDrained reports whether the queue and its DLQ hold no messages
-// (ready, in flight or delayed), the gate before promoting a release that
-// changes the message-body schema (§"DLQ posture"). It counts through the
-// broker's broker.QueueStatter capability (SQS, RabbitMQ and PostgreSQL
-// have it; the embedded broker has nothing that survives a deploy), so this
-// package needs no broker client. A count the broker cannot give (RabbitMQ's
-// in-flight messages without its management API) keeps the gate shut.
+// Before promoting a release that changes the message-body schema
+// (§"DLQ posture"), `eventpipe drain-check --queue
+// booking-session-events.fifo --with-dlq` exits 0 only when the queue and its
+// DLQ hold no message (ready, in flight or delayed); see broker.CheckDrained.
+// A count the broker cannot give (RabbitMQ's in-flight messages without its
+// management API) keeps the gate shut.
 package booking

@@ -1,4 +1,4 @@
-package booking_test
+package broker_test
 
 import (
 	"context"
@@ -9,8 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventpipe/eventpipe/app/broker"
-	"github.com/eventpipe/eventpipe/handlers/booking"
 )
+
+const queue, dlq = "booking-session-events.fifo", "booking-session-events-dlq.fifo"
 
 // fakeStats answers from a map; a queue it does not hold does not exist.
 type fakeStats map[string]broker.QueueStats
@@ -23,8 +24,6 @@ func (f fakeStats) QueueStats(_ context.Context, q string) (broker.QueueStats, e
 	s.Queue = q
 	return s, nil
 }
-
-var _ booking.QueueStatter = broker.QueueStatter(nil)
 
 func TestCheckDrained(t *testing.T) {
 	t.Parallel()
@@ -41,17 +40,17 @@ func TestCheckDrained(t *testing.T) {
 		{"delayed: waiting for a redelivery", broker.QueueStats{Delayed: 1, InFlightKnown: true}, empty, false, "1 delayed"},
 		{"a dead letter", empty, broker.QueueStats{Ready: 1, InFlightKnown: true}, false, "— not drained"},
 		{"in flight unknown: never drained", broker.QueueStats{}, empty, false,
-			"not drained: messages in flight unknown on " + booking.Queue},
+			"not drained: messages in flight unknown on " + queue},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			r, err := booking.CheckDrained(context.Background(), fakeStats{booking.Queue: tc.queue, booking.DLQ: tc.dlq}, booking.Queue, booking.DLQ)
+			r, err := broker.CheckDrained(context.Background(), fakeStats{queue: tc.queue, dlq: tc.dlq}, queue, dlq)
 			require.NoError(t, err)
 			assert.Equal(t, tc.drained, r.Drained(), r.String())
 			assert.Contains(t, r.String(), tc.says)
 			require.Len(t, r.Queues, 2)
-			assert.Equal(t, booking.Queue, r.Queues[0].Queue)
-			assert.Equal(t, booking.DLQ, r.Queues[1].Queue)
+			assert.Equal(t, queue, r.Queues[0].Queue)
+			assert.Equal(t, dlq, r.Queues[1].Queue)
 		})
 	}
 }
@@ -59,12 +58,12 @@ func TestCheckDrained(t *testing.T) {
 func TestCheckDrainedMissingQueueIsAnError(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, err := booking.CheckDrained(ctx, fakeStats{booking.Queue: {InFlightKnown: true}}, booking.Queue, booking.DLQ)
+	_, err := broker.CheckDrained(ctx, fakeStats{queue: {InFlightKnown: true}}, queue, dlq)
 	require.ErrorIs(t, err, broker.ErrQueueNotFound, "a DLQ that cannot be counted is an error, not zero")
-	assert.ErrorContains(t, err, booking.DLQ)
+	assert.ErrorContains(t, err, dlq)
 
-	r, err := booking.CheckDrained(ctx, fakeStats{booking.Queue: {InFlightKnown: true}}, booking.Queue, "")
+	r, err := broker.CheckDrained(ctx, fakeStats{queue: {InFlightKnown: true}}, queue, "")
 	require.NoError(t, err, "no DLQ to check")
 	assert.True(t, r.Drained(), r.String())
-	assert.False(t, booking.DrainReport{}.Drained(), "nothing checked is not drained")
+	assert.False(t, broker.DrainReport{}.Drained(), "nothing checked is not drained")
 }
