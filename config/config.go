@@ -150,6 +150,16 @@ type JoinLink struct {
 	EnableFallbackCron bool `yaml:"enable_fallback_cron" env:"ENABLE_FALLBACK_CRON" doc:"Run the 4-hourly fallback sweep (the spec's ENABLE_JOIN_LINK_FALLBACK_CRON)."`
 	// DispatchInterval is how often due schedules are polled.
 	DispatchInterval time.Duration `yaml:"dispatch_interval" env:"DISPATCH_INTERVAL" doc:"How often due schedules are published (more than 0s)."`
+	// FallbackSchedule is when the fallback sweep runs, a five-field cron
+	// expression on the wall clock in UTC (or a descriptor such as
+	// @hourly). Default "0 */4 * * *", the spec's "every 4h"; serve also
+	// sweeps once at start.
+	FallbackSchedule string `yaml:"fallback_schedule" env:"FALLBACK_SCHEDULE" doc:"When the fallback sweep runs: a cron expression in UTC (minute hour day month weekday, or @hourly …); serve also sweeps at start."`
+	// SystemActorID is the updated_by of the status writes no user asked
+	// for (the sweep's, an event's without actorUserId). Default -1, an id
+	// no user has; set it to the system user's id where updated_by
+	// references a users table. 0 leaves those writes' updated_by NULL.
+	SystemActorID int64 `yaml:"system_actor_id" env:"SYSTEM_ACTOR_ID" doc:"updated_by of the status writes no user asked for (the sweep's); 0 leaves it NULL."`
 	// AdminTokenEnv names the variable holding the admin API's bearer
 	// token; unset or empty leaves the API off.
 	AdminTokenEnv string `yaml:"admin_token_env" env:"ADMIN_TOKEN_ENV" doc:"Name of the environment variable holding the admin API's bearer token; the API is off when it is unset."`
@@ -490,7 +500,7 @@ func Defaults() Config {
 		Demo:       Demo{Enabled: false, Interval: time.Second},
 		Interviews: Interviews{Enabled: false, SampleTraffic: false, StaleClaim: 10 * time.Minute},
 		Disputes:   Disputes{Enabled: false, SampleTraffic: false, AMLThreshold: 80, DefaultTAT: 5 * 24 * time.Hour},
-		JoinLink:   JoinLink{Enabled: false, SampleTraffic: false, EnableScheduler: false, EnableFallbackCron: false, DispatchInterval: time.Second, AdminTokenEnv: "EVENTPIPE_JOINLINK_ADMIN_TOKEN"},
+		JoinLink:   JoinLink{Enabled: false, SampleTraffic: false, EnableScheduler: false, EnableFallbackCron: false, DispatchInterval: time.Second, FallbackSchedule: "0 */4 * * *", SystemActorID: -1, AdminTokenEnv: "EVENTPIPE_JOINLINK_ADMIN_TOKEN"},
 		LLM:        LLM{BaseURL: "https://api.openai.com/v1", Model: "gpt-4.1-mini", APIKeyEnv: "OPENAI_API_KEY", Timeout: 120 * time.Second},
 		Realtime: Realtime{
 			Addr:           "127.0.0.1:8080",

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/robfig/cron/v3"
 )
 
 // Problem is one thing wrong with a configuration.
@@ -140,6 +142,9 @@ func (c Config) Validate() error {
 	}
 	positive(&ps, "disputes.default_tat", c.Disputes.DefaultTAT)
 	positive(&ps, "joinlink.dispatch_interval", c.JoinLink.DispatchInterval)
+	if _, err := cron.ParseStandard(c.JoinLink.FallbackSchedule); err != nil {
+		ps.add("joinlink.fallback_schedule", "%q is not a cron expression (minute hour day-of-month month day-of-week, or @hourly …): %v", c.JoinLink.FallbackSchedule, err)
+	}
 	checkURL(&ps, "llm.base_url", c.LLM.BaseURL, endpointURL)
 	if strings.TrimSpace(c.LLM.Model) == "" {
 		ps.add("llm.model", "must not be empty")

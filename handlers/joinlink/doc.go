@@ -53,8 +53,12 @@
 //
 // Service.Sweep takes up to FallbackBatchLimit (50) sessions due before
 // now - Grace (30 min), SCHEDULED, FAILED or stale IN_PROGRESS, oldest
-// first, and runs each through GenerateForSession in turn; RunFallback
-// repeats it every FallbackInterval (4 h).
+// first, and runs each through GenerateForSession in turn. RunFallback
+// sweeps at start and then on a cron schedule on the wall clock
+// (DefaultFallbackSchedule, every 4 h at minute 0, UTC), under a SweepLock
+// (a PostgreSQL advisory lock) so that one replica sweeps at a time. Writes
+// no user asked for are stamped Service.SystemActorID; Metrics counts
+// sweeps and generations and gauges the FAILED sessions (OQ-JLG-103).
 //
 // # Admin API (§API Contracts 1)
 //

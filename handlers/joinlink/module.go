@@ -2,6 +2,9 @@ package joinlink
 
 import (
 	"context"
+	"fmt"
+
+	"github.com/robfig/cron/v3"
 
 	"github.com/eventpipe/eventpipe/app/spec"
 	"github.com/eventpipe/eventpipe/config"
@@ -9,7 +12,7 @@ import (
 
 // Module is the join-link spec: the processor on join-link-generation, the
 // in-process scheduler and its dispatcher (EventBridge Scheduler's role), the
-// 4-hourly fallback sweep and the admin API.
+// fallback sweep (wall clock, one replica at a time) and the admin API.
 var Module = spec.Module{
 	Name:     "joinlink",
 	Enabled:  func(c config.Config) bool { return c.JoinLink.Enabled },
@@ -39,11 +42,20 @@ func build(_ context.Context, d spec.Deps) (spec.Parts, error) {
 		}
 		store, schedules = s, sch
 	}
+	metrics, err := NewMetrics(d.Registerer, store)
+	if err != nil {
+		return spec.Parts{}, err
+	}
 	svc := &Service{
-		Store:     store,
-		Generator: NewMemoryGenerator(),
-		Scheduler: &Scheduler{Enabled: c.EnableScheduler, Schedules: schedules, Logger: d.Logger},
-		Logger:    d.Logger,
+		Store:         store,
+		Generator:     NewMemoryGenerator(),
+		Scheduler:     &Scheduler{Enabled: c.EnableScheduler, Schedules: schedules, Logger: d.Logger},
+		Logger:        d.Logger,
+		SystemActorID: c.SystemActorID,
+		Metrics:       metrics,
+	}
+	if pg, ok := store.(*Postgres); ok {
+		svc.SweepLock = pg.SweepLock()
 	}
 	parts := spec.Parts{Routes: Handlers{Service: svc, Logger: d.Logger}.Routes()}
 	if token := d.Getenv(c.AdminTokenEnv); token != "" {
@@ -57,8 +69,12 @@ func build(_ context.Context, d spec.Deps) (spec.Parts, error) {
 		parts.Workers = append(parts.Workers, spec.Worker{Name: "joinlink dispatcher", Run: dispatcher.Run})
 	}
 	if c.EnableFallbackCron {
+		schedule, err := cron.ParseStandard(c.FallbackSchedule)
+		if err != nil { // config.Validate checked it
+			return spec.Parts{}, fmt.Errorf("joinlink.fallback_schedule: %w", err)
+		}
 		parts.Workers = append(parts.Workers, spec.Worker{Name: "joinlink fallback sweep", Run: func(ctx context.Context) error {
-			return svc.RunFallback(ctx, FallbackInterval)
+			return svc.RunFallback(ctx, schedule)
 		}})
 	}
 	if c.SampleTraffic {

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/robfig/cron/v3"
+
 	"github.com/eventpipe/eventpipe/app/failure"
 )
 
@@ -20,8 +22,10 @@ const (
 	// after its link_generation_at, so a just-fired event runs first
 	// (dec-06: "Grace + stale windows (30 min)").
 	Grace = 30 * time.Minute
-	// FallbackInterval (FALLBACK_CRON, "every 4h").
-	FallbackInterval = 4 * time.Hour
+	// DefaultFallbackSchedule (FALLBACK_CRON, "every 4h"): on the wall
+	// clock, at minute 0 of every 4th hour (UTC), as @nestjs/schedule's
+	// @Cron runs it; joinlink.fallback_schedule changes it.
+	DefaultFallbackSchedule = "0 */4 * * *"
 	// FallbackBatchLimit (FALLBACK_BATCH_LIMIT): sessions per sweep tick,
 	// run sequentially.
 	FallbackBatchLimit = 50
@@ -78,6 +82,23 @@ type Service struct {
 	Logger    *slog.Logger
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// SystemActorID is the updated_by of the status writes no user asked
+	// for: the sweep's, and an event's without actorUserId (§Security
+	// Design: "updated_by is stamped on every status/link write"). 0
+	// leaves updated_by NULL on those writes.
+	SystemActorID int64
+	// SweepLock keeps the fallback sweep to one replica at a time; nil
+	// sweeps without one (a single process: the embedded mode).
+	SweepLock SweepLock
+	// Metrics counts sweeps and generations; nil counts nothing.
+	Metrics *Metrics
+}
+
+// SweepLock is a lock across the replicas of the service.
+type SweepLock interface {
+	// TryLock takes the lock without waiting: ok false when another
+	// replica holds it. release gives it back.
+	TryLock(ctx context.Context) (release func(), ok bool, err error)
 }
 
 func (s *Service) now() time.Time {
@@ -102,8 +123,12 @@ func (s *Service) logger() *slog.Logger {
 // missing session returns an error wrapping ErrNotFound (permanent).
 func (s *Service) GenerateForSession(ctx context.Context, d Data) (Outcome, error) {
 	log := s.logger().With(slog.Int64("program_session_id", d.ProgramSessionID))
+	actor := d.ActorUserID
+	if actor == 0 {
+		actor = s.SystemActorID
+	}
 	claimedAt := micro(s.now())
-	won, err := s.Store.Claim(ctx, d.ProgramSessionID, d.ActorUserID, claimedAt, claimedAt.Add(-StaleAfter))
+	won, err := s.Store.Claim(ctx, d.ProgramSessionID, actor, claimedAt, claimedAt.Add(-StaleAfter))
 	if err != nil {
 		return "", err
 	}
@@ -114,6 +139,7 @@ func (s *Service) GenerateForSession(ctx context.Context, d Data) (Outcome, erro
 			return "", failure.AsPermanent(err)
 		}
 		log.InfoContext(ctx, "join-link generation: claim skipped", slog.String("status", string(sess.Status)))
+		s.Metrics.generation(Skipped)
 		return Skipped, nil
 	}
 	res, genErr := s.Generator.BulkRegister(ctx, BulkRequest{SessionID: d.ProgramSessionID, Role: d.Role, BatchSize: d.BatchSize}, d.ActorUserID)
@@ -123,8 +149,9 @@ func (s *Service) GenerateForSession(ctx context.Context, d Data) (Outcome, erro
 	}
 	// The status write must happen even when ctx ended mid-generation.
 	wctx := context.WithoutCancel(ctx)
-	ok, err := s.Store.Finish(wctx, d.ProgramSessionID, claimedAt, status, d.ActorUserID, s.now())
+	ok, err := s.Store.Finish(wctx, d.ProgramSessionID, claimedAt, status, actor, s.now())
 	if genErr != nil {
+		s.Metrics.generation(Outcome(outcomeFailed))
 		log.ErrorContext(ctx, "join-link generation failed", slog.Any("error", genErr), slog.String("error_class", failure.Of(genErr).String()))
 		if err != nil {
 			return "", errors.Join(genErr, err)
@@ -140,6 +167,7 @@ func (s *Service) GenerateForSession(ctx context.Context, d Data) (Outcome, erro
 		log.WarnContext(ctx, "join-link generation finished after its run was reclaimed as stale; status left to the new run")
 	}
 	log.InfoContext(ctx, "join-link generation dispatched", slog.String("job_id", res.JobID), slog.Int("total", res.Total))
+	s.Metrics.generation(Generated)
 	return Generated, nil
 }
 
@@ -178,24 +206,54 @@ func (s *Service) Sweep(ctx context.Context) (SweepResult, error) {
 	return r, nil
 }
 
-// RunFallback runs Sweep every interval (FallbackInterval when 0) until ctx
-// ends. The serve command runs it when ENABLE_JOIN_LINK_FALLBACK_CRON is on.
-func (s *Service) RunFallback(ctx context.Context, interval time.Duration) error {
-	if interval <= 0 {
-		interval = FallbackInterval
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
+// RunFallback sweeps once at start (a service deployed more often than its
+// schedule would otherwise never sweep), then at every time of schedule, on
+// the wall clock, until ctx ends. With a SweepLock, a replica that finds the
+// lock held skips that sweep (logged): one sweeper at a time. The serve
+// command runs it when ENABLE_JOIN_LINK_FALLBACK_CRON is on.
+func (s *Service) RunFallback(ctx context.Context, schedule cron.Schedule) error {
 	for {
+		s.sweepOnce(ctx)
+		next := schedule.Next(s.now())
+		t := time.NewTimer(time.Until(next))
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return nil
 		case <-t.C:
-			if _, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
-				s.logger().ErrorContext(ctx, "join-link fallback sweep failed", slog.Any("error", err))
-			}
 		}
 	}
+}
+
+// sweepOnce runs one sweep under the lock, logging what happened.
+func (s *Service) sweepOnce(ctx context.Context) {
+	if s.SweepLock != nil {
+		release, ok, err := s.SweepLock.TryLock(ctx)
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				s.logger().ErrorContext(ctx, "join-link fallback sweep failed", slog.Any("error", err))
+				s.Metrics.sweep(outcomeFailed)
+			}
+			return
+		case !ok:
+			s.logger().InfoContext(ctx, "join-link fallback sweep skipped: another replica is sweeping")
+			s.Metrics.sweep(string(Skipped))
+			return
+		}
+		defer release()
+	}
+	r, err := s.Sweep(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.logger().ErrorContext(ctx, "join-link fallback sweep failed", slog.Any("error", err))
+			s.Metrics.sweep(outcomeFailed)
+		}
+		return
+	}
+	s.logger().InfoContext(ctx, "join-link fallback sweep done", slog.Int("found", r.Found),
+		slog.Int("generated", r.Generated), slog.Int("skipped", r.Skipped), slog.Int("failed", r.Failed))
+	s.Metrics.sweep("swept")
 }
 
 // ErrInvalidTime: linkGenerationAt is not a future time (HTTP 400).

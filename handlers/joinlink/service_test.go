@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/robfig/cron/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -105,12 +108,138 @@ func testSweep(t *testing.T, s joinlink.Store) {
 	require.NoError(t, err)
 	assert.Equal(t, joinlink.SweepResult{}, r, "COMPLETED never swept again")
 
-	cctx, cancel := context.WithCancel(ctx)
-	done := make(chan error)
-	go func() { done <- svc.RunFallback(cctx, 10*time.Millisecond) }()
-	time.Sleep(50 * time.Millisecond)
-	cancel()
-	require.NoError(t, <-done)
+}
+
+// The sweep runs at start and then on its schedule, one replica at a time:
+// a replica that finds the advisory lock held skips (counted), the next
+// sweep of a replica that gets it generates, stamped by the system actor.
+// The FAILED gauge counts the sessions left FAILED. On PostgreSQL, two
+// services on one schema.
+func TestFallbackOneSweeperAtStartAndOnSchedule(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := dbtest.Schema(t)
+	newService := func(reg prometheus.Registerer, gen *joinlink.MemoryGenerator) (*joinlink.Service, *joinlink.Postgres) {
+		s, err := joinlink.NewPostgres(pool, schema)
+		require.NoError(t, err)
+		m, err := joinlink.NewMetrics(reg, s)
+		require.NoError(t, err)
+		return &joinlink.Service{Store: s, Generator: gen, SweepLock: s.SweepLock(), SystemActorID: 99, Metrics: m}, s
+	}
+	regA, regB := prometheus.NewRegistry(), prometheus.NewRegistry()
+	gen := joinlink.NewMemoryGenerator()
+	a, store := newService(regA, gen)
+	b, _ := newService(regB, gen)
+	overdue := func() int64 {
+		id, err := store.CreateSession(ctx, time.Now())
+		require.NoError(t, err)
+		at := time.Now().Add(-time.Hour)
+		_, err = store.SetLinkGeneration(ctx, id, &at, 7, time.Now(), time.Now().Add(-joinlink.StaleAfter))
+		require.NoError(t, err)
+		return id
+	}
+	first, failing := overdue(), overdue()
+	gen.FailNext(failing, errors.New("zoom 503"))
+
+	release, ok, err := store.SweepLock().TryLock(ctx) // another replica is sweeping
+	require.NoError(t, err)
+	require.True(t, ok)
+	hourly, err := cron.ParseStandard("@every 1h")
+	require.NoError(t, err)
+	runA, stopA := context.WithCancel(ctx)
+	doneA := make(chan error, 1)
+	go func() { doneA <- a.RunFallback(runA, hourly) }()
+	testbrokers.Eventually(t, 10*time.Second, "A's start sweep skipped", func() bool {
+		return counterValue(t, regA, "eventpipe_joinlink_sweeps_total", "skipped") == 1
+	})
+	assert.Zero(t, gen.Calls(first), "nothing generated while the lock is held")
+	release()
+
+	often, err := cron.ParseStandard("@every 200ms")
+	require.NoError(t, err)
+	runB, stopB := context.WithCancel(ctx)
+	doneB := make(chan error, 1)
+	go func() { doneB <- b.RunFallback(runB, often) }()
+	testbrokers.Eventually(t, 10*time.Second, "B sweeps at start", func() bool { return gen.Calls(first) == 1 })
+	sess, err := store.Session(ctx, first)
+	require.NoError(t, err)
+	assert.Equal(t, joinlink.Completed, sess.Status)
+	assert.Equal(t, int64(99), sess.UpdatedBy, "the sweep's writes are stamped by the system actor")
+	testbrokers.Eventually(t, 10*time.Second, "the FAILED one again on B's next sweep", func() bool { return gen.Calls(failing) == 2 })
+	later := overdue()
+	testbrokers.Eventually(t, 10*time.Second, "a session due later, on a later sweep", func() bool { return gen.Calls(later) == 1 })
+	stopA()
+	stopB()
+	require.NoError(t, <-doneA)
+	require.NoError(t, <-doneB)
+	assert.Equal(t, 1, gen.Calls(first), "one generation across both replicas")
+	assert.Equal(t, float64(1), counterValue(t, regA, "eventpipe_joinlink_sweeps_total", "skipped"), "A's hourly sweep never came")
+	assert.GreaterOrEqual(t, counterValue(t, regB, "eventpipe_joinlink_sweeps_total", "swept"), float64(3))
+	assert.Equal(t, float64(1), counterValue(t, regB, "eventpipe_joinlink_generations_total", "failed"))
+}
+
+func TestFailedSessionsGauge(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for name, newStore := range newStores(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t)
+			reg := prometheus.NewRegistry()
+			m, err := joinlink.NewMetrics(reg, s)
+			require.NoError(t, err)
+			gen := joinlink.NewMemoryGenerator()
+			svc := &joinlink.Service{Store: s, Generator: gen, Metrics: m}
+			id, err := s.CreateSession(ctx, time.Now())
+			require.NoError(t, err)
+			at := time.Now().Add(time.Minute)
+			_, err = svc.SetLinkGeneration(ctx, id, &at, 7)
+			require.NoError(t, err)
+			n, err := testutil.GatherAndCount(reg, "eventpipe_joinlink_failed_sessions")
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+			assert.Zero(t, gaugeValue(t, reg, "eventpipe_joinlink_failed_sessions"))
+			gen.FailNext(id, errors.New("zoom 503"))
+			_, err = svc.GenerateForSession(ctx, joinlink.Data{ProgramSessionID: id})
+			require.Error(t, err)
+			assert.Equal(t, float64(1), gaugeValue(t, reg, "eventpipe_joinlink_failed_sessions"))
+		})
+	}
+}
+
+// counterValue is the value of family name's series with label outcome.
+func counterValue(t *testing.T, reg *prometheus.Registry, name, outcome string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "outcome" && l.GetValue() == outcome {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no series %s{outcome=%q}", name, outcome)
+	return 0
+}
+
+// gaugeValue is the value of the one-series gauge family name.
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }
 
 // failingSchedules fails every call: scheduling is best effort.

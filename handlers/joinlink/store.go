@@ -44,7 +44,7 @@ type Session struct {
 	LinkGenerationAt *time.Time
 	Status           Status
 	UpdatedAt        time.Time
-	// UpdatedBy is the last actor (audit); 0 = the system.
+	// UpdatedBy is the last actor (audit); 0 = none (updated_by NULL).
 	UpdatedBy int64
 }
 
@@ -82,6 +82,9 @@ type Store interface {
 	DueForFallback(ctx context.Context, dueBefore, staleBefore time.Time, limit int) ([]int64, error)
 	// DeleteSession soft-deletes a session (deleted_at).
 	DeleteSession(ctx context.Context, id int64, now time.Time) error
+	// CountStatus counts the sessions (not deleted) in status: the FAILED
+	// gauge (OQ-JLG-103).
+	CountStatus(ctx context.Context, status Status) (int, error)
 }
 
 // micro truncates t to Postgres' precision.

@@ -161,3 +161,16 @@ func (m *Memory) DeleteSession(_ context.Context, id int64, _ time.Time) error {
 	s.deleted = true
 	return nil
 }
+
+// CountStatus implements Store.
+func (m *Memory) CountStatus(_ context.Context, status Status) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, s := range m.sessions {
+		if !s.deleted && s.Status == status {
+			n++
+		}
+	}
+	return n, nil
+}

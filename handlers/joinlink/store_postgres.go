@@ -152,6 +152,55 @@ func (p *Postgres) DueForFallback(ctx context.Context, dueBefore, staleBefore ti
 	return ids, nil
 }
 
+// CountStatus implements Store.
+func (p *Postgres) CountStatus(ctx context.Context, status Status) (int, error) {
+	var n int
+	err := dbtx.Q(ctx, p.pool).QueryRow(ctx, `SELECT count(*) FROM `+p.table()+` WHERE link_generation_status = $1 AND deleted_at IS NULL`,
+		string(status)).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count %s program sessions: %w", status, err)
+	}
+	return n, nil
+}
+
+// SweepLock is a SweepLock over a PostgreSQL session-level advisory lock,
+// keyed by the schema, so one replica sweeps at a time; the lock goes with
+// its connection, so a replica that dies mid-sweep frees it.
+func (p *Postgres) SweepLock() SweepLock {
+	return pgSweepLock{pool: p.pool, key: "eventpipe.joinlink.sweep/" + p.schema}
+}
+
+type pgSweepLock struct {
+	pool *pgxpool.Pool
+	key  string
+}
+
+func (l pgSweepLock) TryLock(ctx context.Context) (func(), bool, error) {
+	conn, err := l.pool.Acquire(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("sweep lock: %w", err)
+	}
+	var ok bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`, l.key).Scan(&ok); err != nil {
+		conn.Release()
+		return nil, false, fmt.Errorf("sweep lock: %w", err)
+	}
+	if !ok {
+		conn.Release()
+		return nil, false, nil
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, l.key); err != nil {
+			// The lock must not outlive this sweep: drop the connection,
+			// which releases it.
+			_ = conn.Conn().Close(ctx)
+		}
+		conn.Release()
+	}, true, nil
+}
+
 // DeleteSession implements Store.
 func (p *Postgres) DeleteSession(ctx context.Context, id int64, now time.Time) error {
 	tag, err := dbtx.Q(ctx, p.pool).Exec(ctx, `UPDATE `+p.table()+` SET deleted_at = $2 WHERE id = $1 AND deleted_at IS NULL`, id, micro(now))
