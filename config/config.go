@@ -141,7 +141,7 @@ type JoinLink struct {
 	Enabled bool `yaml:"enabled" env:"ENABLED" doc:"Run the join-link spec: the processor on join-link-generation (topology config/topology/joinlink.yaml)."`
 	// SampleTraffic schedules one session 2 s ahead and sweeps one missed
 	// session when serve starts (make run).
-	SampleTraffic bool `yaml:"sample_traffic" env:"SAMPLE_TRAFFIC" doc:"At start, schedule a sample session 2 s ahead and sweep a missed one (make run); needs enable_scheduler."`
+	SampleTraffic bool `yaml:"sample_traffic" env:"SAMPLE_TRAFFIC" doc:"At start, schedule a sample session 2 s ahead and sweep a missed one (make run); needs enable_scheduler; selects the in-memory bulkRegister fake when bulk_register_url is unset."`
 	// EnableScheduler is the spec's ENABLE_JOIN_LINK_SCHEDULER: register
 	// per-session schedules and run the dispatcher.
 	EnableScheduler bool `yaml:"enable_scheduler" env:"ENABLE_SCHEDULER" doc:"Register per-session schedules and publish them when due (the spec's ENABLE_JOIN_LINK_SCHEDULER)."`
@@ -160,6 +160,15 @@ type JoinLink struct {
 	// no user has; set it to the system user's id where updated_by
 	// references a users table. 0 leaves those writes' updated_by NULL.
 	SystemActorID int64 `yaml:"system_actor_id" env:"SYSTEM_ACTOR_ID" doc:"updated_by of the status writes no user asked for (the sweep's); 0 leaves it NULL."`
+	// BulkRegisterURL is the online-session subsystem's bulkRegister
+	// endpoint (POST, JSON). Required to run the spec unless
+	// sample_traffic selects the in-memory fake.
+	BulkRegisterURL string `yaml:"bulk_register_url" env:"BULK_REGISTER_URL" doc:"bulkRegister endpoint of the online-session subsystem (POST, JSON); required unless sample_traffic selects the in-memory fake."`
+	// BulkRegisterTokenEnv names the variable holding bulkRegister's bearer
+	// token; unset or empty sends none.
+	BulkRegisterTokenEnv string `yaml:"bulk_register_token_env" env:"BULK_REGISTER_TOKEN_ENV" doc:"Name of the environment variable holding bulkRegister's bearer token; none is sent when it is unset."`
+	// BulkRegisterTimeout bounds one bulkRegister call. Default 10s.
+	BulkRegisterTimeout time.Duration `yaml:"bulk_register_timeout" env:"BULK_REGISTER_TIMEOUT" doc:"Time limit of one bulkRegister call (more than 0s)."`
 	// AdminTokenEnv names the variable holding the admin API's bearer
 	// token; unset or empty leaves the API off.
 	AdminTokenEnv string `yaml:"admin_token_env" env:"ADMIN_TOKEN_ENV" doc:"Name of the environment variable holding the admin API's bearer token; the API is off when it is unset."`
@@ -500,8 +509,9 @@ func Defaults() Config {
 		Demo:       Demo{Enabled: false, Interval: time.Second},
 		Interviews: Interviews{Enabled: false, SampleTraffic: false, StaleClaim: 10 * time.Minute},
 		Disputes:   Disputes{Enabled: false, SampleTraffic: false, AMLThreshold: 80, DefaultTAT: 5 * 24 * time.Hour},
-		JoinLink:   JoinLink{Enabled: false, SampleTraffic: false, EnableScheduler: false, EnableFallbackCron: false, DispatchInterval: time.Second, FallbackSchedule: "0 */4 * * *", SystemActorID: -1, AdminTokenEnv: "EVENTPIPE_JOINLINK_ADMIN_TOKEN"},
-		LLM:        LLM{BaseURL: "https://api.openai.com/v1", Model: "gpt-4.1-mini", APIKeyEnv: "OPENAI_API_KEY", Timeout: 120 * time.Second},
+		JoinLink: JoinLink{Enabled: false, SampleTraffic: false, EnableScheduler: false, EnableFallbackCron: false, DispatchInterval: time.Second, FallbackSchedule: "0 */4 * * *", SystemActorID: -1,
+			BulkRegisterTokenEnv: "EVENTPIPE_JOINLINK_BULK_REGISTER_TOKEN", BulkRegisterTimeout: 10 * time.Second, AdminTokenEnv: "EVENTPIPE_JOINLINK_ADMIN_TOKEN"},
+		LLM: LLM{BaseURL: "https://api.openai.com/v1", Model: "gpt-4.1-mini", APIKeyEnv: "OPENAI_API_KEY", Timeout: 120 * time.Second},
 		Realtime: Realtime{
 			Addr:           "127.0.0.1:8080",
 			TokenSecretEnv: "EVENTPIPE_REALTIME_TOKEN_SECRET",

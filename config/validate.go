@@ -142,6 +142,10 @@ func (c Config) Validate() error {
 	}
 	positive(&ps, "disputes.default_tat", c.Disputes.DefaultTAT)
 	positive(&ps, "joinlink.dispatch_interval", c.JoinLink.DispatchInterval)
+	positive(&ps, "joinlink.bulk_register_timeout", c.JoinLink.BulkRegisterTimeout)
+	if c.JoinLink.BulkRegisterURL != "" {
+		checkURL(&ps, "joinlink.bulk_register_url", c.JoinLink.BulkRegisterURL, endpointURL)
+	}
 	if _, err := cron.ParseStandard(c.JoinLink.FallbackSchedule); err != nil {
 		ps.add("joinlink.fallback_schedule", "%q is not a cron expression (minute hour day-of-month month day-of-week, or @hourly …): %v", c.JoinLink.FallbackSchedule, err)
 	}

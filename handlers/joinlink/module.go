@@ -2,6 +2,7 @@ package joinlink
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/robfig/cron/v3"
@@ -22,8 +23,8 @@ var Module = spec.Module{
 }
 
 // build builds the spec. Store and schedules are PostgreSQL when the
-// service has a database, in memory otherwise; bulkRegister is the in-memory
-// fake (there is no online-session client yet). The admin API is mounted on
+// service has a database, in memory otherwise; bulkRegister is the HTTP
+// client of joinlink.bulk_register_url (see newGenerator). The admin API is mounted on
 // the admin server when joinlink.admin_token_env names a set variable.
 func build(_ context.Context, d spec.Deps) (spec.Parts, error) {
 	c := d.Config.JoinLink
@@ -42,13 +43,17 @@ func build(_ context.Context, d spec.Deps) (spec.Parts, error) {
 		}
 		store, schedules = s, sch
 	}
+	generator, err := newGenerator(d)
+	if err != nil {
+		return spec.Parts{}, err
+	}
 	metrics, err := NewMetrics(d.Registerer, store)
 	if err != nil {
 		return spec.Parts{}, err
 	}
 	svc := &Service{
 		Store:         store,
-		Generator:     NewMemoryGenerator(),
+		Generator:     generator,
 		Scheduler:     &Scheduler{Enabled: c.EnableScheduler, Schedules: schedules, Logger: d.Logger},
 		Logger:        d.Logger,
 		SystemActorID: c.SystemActorID,
@@ -83,4 +88,22 @@ func build(_ context.Context, d spec.Deps) (spec.Parts, error) {
 		}})
 	}
 	return parts, nil
+}
+
+// newGenerator is bulkRegister: the HTTP client when joinlink.bulk_register_url
+// is set, the in-memory fake only when sample_traffic asks for the demo, and
+// otherwise a refusal to start (a production config must never mark
+// sessions COMPLETED with no links).
+func newGenerator(d spec.Deps) (Generator, error) {
+	c := d.Config.JoinLink
+	switch {
+	case c.BulkRegisterURL != "":
+		return &HTTPGenerator{URL: c.BulkRegisterURL, Token: d.Getenv(c.BulkRegisterTokenEnv), Timeout: c.BulkRegisterTimeout}, nil
+	case c.SampleTraffic:
+		d.Logger.Warn("join-link bulkRegister is the in-memory fake (joinlink.sample_traffic): no links are registered")
+		return NewMemoryGenerator(), nil
+	default:
+		return nil, errors.New("bulkRegister has no endpoint: set joinlink.bulk_register_url (EVENTPIPE_JOINLINK_BULK_REGISTER_URL) " +
+			"to the online-session subsystem, or joinlink.sample_traffic for the in-memory fake of the demo")
+	}
 }

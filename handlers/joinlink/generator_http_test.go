@@ -1,0 +1,106 @@
+package joinlink_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/spec"
+	"github.com/eventpipe/eventpipe/config"
+	"github.com/eventpipe/eventpipe/handlers/joinlink"
+)
+
+// The bulkRegister client against its HTTP contract: the request it sends,
+// the result it reads, and how each failure is classed.
+func TestHTTPGenerator(t *testing.T) {
+	t.Parallel()
+	var got struct {
+		method, path, auth, ctype string
+		body                      map[string]any
+	}
+	status, reply, retryAfter := http.StatusOK, `{"jobId":"job-9","total":12}`, ""
+	delay := time.Duration(0)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.method, got.path, got.auth, got.ctype = r.Method, r.URL.Path, r.Header.Get("Authorization"), r.Header.Get("Content-Type")
+		b, _ := io.ReadAll(r.Body)
+		got.body = nil
+		_ = json.Unmarshal(b, &got.body)
+		time.Sleep(delay)
+		if retryAfter != "" {
+			w.Header().Set("Retry-After", retryAfter)
+		}
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, reply)
+	}))
+	t.Cleanup(srv.Close)
+	g := &joinlink.HTTPGenerator{URL: srv.URL + "/internal/online-session/bulk-register", Token: "s3cret", Timeout: 500 * time.Millisecond}
+	ctx := context.Background()
+
+	res, err := g.BulkRegister(ctx, joinlink.BulkRequest{SessionID: 42, Role: "attendee", BatchSize: 100}, 7)
+	require.NoError(t, err)
+	assert.Equal(t, joinlink.BulkResult{JobID: "job-9", Total: 12}, res)
+	assert.Equal(t, http.MethodPost, got.method)
+	assert.Equal(t, "/internal/online-session/bulk-register", got.path)
+	assert.Equal(t, "Bearer s3cret", got.auth)
+	assert.Equal(t, "application/json", got.ctype)
+	assert.Equal(t, map[string]any{"sessionId": float64(42), "role": "attendee", "batchSize": float64(100), "actorUserId": float64(7)}, got.body)
+
+	_, err = g.BulkRegister(ctx, joinlink.BulkRequest{SessionID: 43}, 0)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]any{"sessionId": float64(43)}, got.body, "defaults and no actor are left out")
+
+	for name, c := range map[string]struct {
+		status     int
+		reply      string
+		retryAfter string
+		delay      time.Duration
+		class      failure.Class
+		retryIn    time.Duration
+	}{
+		"503":                  {status: 503, reply: "down", class: failure.Transient},
+		"429 with Retry-After": {status: 429, retryAfter: "7", class: failure.Transient, retryIn: 7 * time.Second},
+		"408":                  {status: 408, class: failure.Transient},
+		"timeout":              {status: 200, reply: `{"jobId":"j","total":1}`, delay: time.Second, class: failure.Transient},
+		"400":                  {status: 400, reply: `{"error":"no such session"}`, class: failure.Permanent},
+		"404":                  {status: 404, class: failure.Permanent},
+		"200 without a result": {status: 200, reply: `{"ok":true}`, class: failure.Permanent},
+		"200 that is not JSON": {status: 200, reply: `<html>`, class: failure.Permanent},
+	} {
+		status, reply, retryAfter, delay = c.status, c.reply, c.retryAfter, c.delay
+		_, err := g.BulkRegister(ctx, joinlink.BulkRequest{SessionID: 44}, 0)
+		require.Error(t, err, name)
+		assert.Equal(t, c.class, failure.Of(err), "%s: %v", name, err)
+		assert.Equal(t, c.retryIn, failure.RetryAfter(err), name)
+		assert.Contains(t, err.Error(), "session 44", name)
+	}
+}
+
+// A production config must not run on the fake: without an endpoint the
+// spec refuses to build, unless sample_traffic asks for the demo's fake.
+func TestModuleNeedsABulkRegisterEndpoint(t *testing.T) {
+	t.Parallel()
+	build := func(mut func(*config.JoinLink)) error {
+		cfg := config.Defaults()
+		cfg.JoinLink.Enabled = true
+		mut(&cfg.JoinLink)
+		_, err := joinlink.Module.Build(context.Background(), spec.Deps{
+			Config: cfg, Getenv: func(string) string { return "" }, Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
+		})
+		return err
+	}
+	err := build(func(*config.JoinLink) {})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "joinlink.bulk_register_url")
+	require.NoError(t, build(func(c *config.JoinLink) { c.SampleTraffic = true }), "the demo's fake")
+	require.NoError(t, build(func(c *config.JoinLink) { c.BulkRegisterURL = "http://online-session.internal/bulk-register" }))
+}
