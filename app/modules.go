@@ -1,10 +1,12 @@
 package app
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
+	"github.com/eventpipe/eventpipe/app/eventbridge"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/spec"
 	"github.com/eventpipe/eventpipe/app/topology"
@@ -27,7 +29,9 @@ func Modules() []spec.Module {
 		stackup.Module,
 		disputes.Module,
 		booking.Module,
-		joinlink.Module,
+		joinlink.NewModule(joinlink.Adapters{EventBridge: func(ctx context.Context, c joinlink.EventBridgeConfig) (joinlink.Schedules, error) {
+			return eventbridge.New(ctx, c)
+		}}),
 	}
 }
 

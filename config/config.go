@@ -142,11 +142,12 @@ type JoinLink struct {
 	// SampleTraffic schedules one session 2 s ahead and sweeps one missed
 	// session when serve starts (make run).
 	SampleTraffic bool `yaml:"sample_traffic" env:"SAMPLE_TRAFFIC" doc:"At start, schedule a sample session 2 s ahead and sweep a missed one (make run); needs enable_scheduler; selects the in-memory bulkRegister fake when bulk_register_url is unset."`
-	// EnableScheduler is the spec's ENABLE_JOIN_LINK_SCHEDULER: register
-	// per-session schedules and run the dispatcher.
+	// EnableScheduler is the spec's ENABLE_JOIN_LINK_SCHEDULER (which,
+	// when set, decides): register per-session schedules — on EventBridge
+	// Scheduler with broker.kind sqs, else in process with a dispatcher.
 	EnableScheduler bool `yaml:"enable_scheduler" env:"ENABLE_SCHEDULER" doc:"Register per-session schedules and publish them when due (the spec's ENABLE_JOIN_LINK_SCHEDULER)."`
-	// EnableFallbackCron is the spec's ENABLE_JOIN_LINK_FALLBACK_CRON: the
-	// 4-hourly sweep.
+	// EnableFallbackCron is the spec's ENABLE_JOIN_LINK_FALLBACK_CRON
+	// (which, when set, decides): the fallback sweep.
 	EnableFallbackCron bool `yaml:"enable_fallback_cron" env:"ENABLE_FALLBACK_CRON" doc:"Run the 4-hourly fallback sweep (the spec's ENABLE_JOIN_LINK_FALLBACK_CRON)."`
 	// DispatchInterval is how often due schedules are polled.
 	DispatchInterval time.Duration `yaml:"dispatch_interval" env:"DISPATCH_INTERVAL" doc:"How often due schedules are published (more than 0s)."`
@@ -160,6 +161,19 @@ type JoinLink struct {
 	// no user has; set it to the system user's id where updated_by
 	// references a users table. 0 leaves those writes' updated_by NULL.
 	SystemActorID int64 `yaml:"system_actor_id" env:"SYSTEM_ACTOR_ID" doc:"updated_by of the status writes no user asked for (the sweep's); 0 leaves it NULL."`
+	// SchedulerTargetQueueARN is the join-link-generation queue's ARN, the
+	// target of the EventBridge Scheduler schedules (broker.kind sqs). The
+	// spec's AWS_SCHEDULER_TARGET_QUEUE_ARN is read when this is empty.
+	SchedulerTargetQueueARN string `yaml:"scheduler_target_queue_arn" env:"SCHEDULER_TARGET_QUEUE_ARN" doc:"ARN of the join-link-generation SQS queue the EventBridge schedules target (broker sqs); AWS_SCHEDULER_TARGET_QUEUE_ARN when empty."`
+	// SchedulerExecutionRoleARN is the role EventBridge Scheduler assumes
+	// to send to the queue. AWS_SCHEDULER_EXECUTION_ROLE_ARN when empty.
+	SchedulerExecutionRoleARN string `yaml:"scheduler_execution_role_arn" env:"SCHEDULER_EXECUTION_ROLE_ARN" doc:"Execution role EventBridge Scheduler assumes to send to the queue (broker sqs); AWS_SCHEDULER_EXECUTION_ROLE_ARN when empty."`
+	// SchedulerGroupName is the schedule group; "" (and an unset
+	// AWS_SCHEDULER_GROUP_NAME) is EventBridge's "default".
+	SchedulerGroupName string `yaml:"scheduler_group_name" env:"SCHEDULER_GROUP_NAME" doc:"EventBridge Scheduler schedule group (broker sqs); AWS_SCHEDULER_GROUP_NAME when empty, else default."`
+	// SchedulerEndpoint overrides the EventBridge Scheduler endpoint (an
+	// emulator). Default "": the AWS SDK decides.
+	SchedulerEndpoint string `yaml:"scheduler_endpoint" env:"SCHEDULER_ENDPOINT" doc:"EventBridge Scheduler endpoint URL; empty lets the AWS SDK decide."`
 	// BulkRegisterURL is the online-session subsystem's bulkRegister
 	// endpoint (POST, JSON). Required to run the spec unless
 	// sample_traffic selects the in-memory fake.

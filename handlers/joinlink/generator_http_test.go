@@ -104,3 +104,41 @@ func TestModuleNeedsABulkRegisterEndpoint(t *testing.T) {
 	require.NoError(t, build(func(c *config.JoinLink) { c.SampleTraffic = true }), "the demo's fake")
 	require.NoError(t, build(func(c *config.JoinLink) { c.BulkRegisterURL = "http://online-session.internal/bulk-register" }))
 }
+
+// On SQS the schedules go to the EventBridge adapter the root hands in, with
+// the spec's AWS_SCHEDULER_* variables when eventpipe's keys are empty and
+// ENABLE_JOIN_LINK_SCHEDULER deciding when set; no in-process dispatcher
+// runs. Without the adapter the spec refuses to start.
+func TestModuleSchedulesOnEventBridgeOnSQS(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{
+		"ENABLE_JOIN_LINK_SCHEDULER":       "true",
+		"AWS_SCHEDULER_TARGET_QUEUE_ARN":   "arn:aws:sqs:eu-west-1:1:join-link-generation",
+		"AWS_SCHEDULER_EXECUTION_ROLE_ARN": "arn:aws:iam::1:role/jl",
+	}
+	cfg := config.Defaults()
+	cfg.Broker.Kind = config.KindSQS
+	cfg.JoinLink.Enabled, cfg.JoinLink.SampleTraffic = true, true
+	cfg.JoinLink.SchedulerGroupName = "jl"
+	deps := spec.Deps{Config: cfg, Getenv: func(k string) string { return env[k] }, Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry()}
+	var got joinlink.EventBridgeConfig
+	m := joinlink.NewModule(joinlink.Adapters{EventBridge: func(_ context.Context, c joinlink.EventBridgeConfig) (joinlink.Schedules, error) {
+		got = c
+		return joinlink.NewMemorySchedules(), nil
+	}})
+	parts, err := m.Build(context.Background(), deps)
+	require.NoError(t, err)
+	assert.Equal(t, joinlink.EventBridgeConfig{TargetQueueARN: env["AWS_SCHEDULER_TARGET_QUEUE_ARN"], RoleARN: env["AWS_SCHEDULER_EXECUTION_ROLE_ARN"], Group: "jl"}, got)
+	for _, w := range parts.Workers {
+		assert.NotEqual(t, "joinlink dispatcher", w.Name, "EventBridge delivers; nothing dispatches in process")
+	}
+
+	deps.Registerer = prometheus.NewRegistry()
+	_, err = joinlink.Module.Build(context.Background(), deps)
+	assert.ErrorContains(t, err, "EventBridge Scheduler adapter")
+
+	env["ENABLE_JOIN_LINK_SCHEDULER"] = "yes please"
+	deps.Registerer = prometheus.NewRegistry()
+	_, err = m.Build(context.Background(), deps)
+	assert.ErrorContains(t, err, "ENABLE_JOIN_LINK_SCHEDULER")
+}

@@ -13,14 +13,16 @@ const outcomeFailed = "failed"
 // Metrics are the spec's counters and the FAILED gauge (OQ-JLG-103: a
 // FAILED session waits for the next sweep; alert when the count stays up).
 type Metrics struct {
-	sweeps      *prometheus.CounterVec
-	generations *prometheus.CounterVec
+	sweeps         *prometheus.CounterVec
+	generations    *prometheus.CounterVec
+	scheduleErrors *prometheus.CounterVec
 }
 
 // NewMetrics registers on reg:
 //
 //	eventpipe_joinlink_sweeps_total{outcome="swept|skipped|failed"}
 //	eventpipe_joinlink_generations_total{outcome="generated|skipped|failed"}
+//	eventpipe_joinlink_schedule_errors_total{op="upsert|delete"}   scheduler calls that failed (best effort: the API call still succeeded)
 //	eventpipe_joinlink_failed_sessions   sessions in FAILED, counted in store at each scrape
 func NewMetrics(reg prometheus.Registerer, store Store) (*Metrics, error) {
 	m := &Metrics{
@@ -32,6 +34,10 @@ func NewMetrics(reg prometheus.Registerer, store Store) (*Metrics, error) {
 			Name: "eventpipe_joinlink_generations_total",
 			Help: "Join-link generations by outcome: generated (bulkRegister dispatched), skipped (claim lost), failed.",
 		}, []string{"outcome"}),
+		scheduleErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "eventpipe_joinlink_schedule_errors_total",
+			Help: "Join-link schedule upserts and deletes the scheduler refused (logged; the database stays the truth and the sweep the net).",
+		}, []string{"op"}),
 	}
 	failed := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "eventpipe_joinlink_failed_sessions",
@@ -45,7 +51,7 @@ func NewMetrics(reg prometheus.Registerer, store Store) (*Metrics, error) {
 		}
 		return float64(n)
 	})
-	for _, c := range []prometheus.Collector{m.sweeps, m.generations, failed} {
+	for _, c := range []prometheus.Collector{m.sweeps, m.generations, m.scheduleErrors, failed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -56,7 +62,15 @@ func NewMetrics(reg prometheus.Registerer, store Store) (*Metrics, error) {
 	for _, o := range []string{string(Generated), string(Skipped), outcomeFailed} {
 		m.generations.WithLabelValues(o)
 	}
+	m.scheduleErrors.WithLabelValues("upsert")
+	m.scheduleErrors.WithLabelValues("delete")
 	return m, nil
+}
+
+func (m *Metrics) scheduleError(op string) {
+	if m != nil {
+		m.scheduleErrors.WithLabelValues(op).Inc()
+	}
 }
 
 func (m *Metrics) sweep(outcome string) {

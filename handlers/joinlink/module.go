@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/robfig/cron/v3"
 
@@ -11,23 +12,74 @@ import (
 	"github.com/eventpipe/eventpipe/config"
 )
 
-// Module is the join-link spec: the processor on join-link-generation, the
-// in-process scheduler and its dispatcher (EventBridge Scheduler's role), the
-// fallback sweep (wall clock, one replica at a time) and the admin API.
-var Module = spec.Module{
-	Name:     "joinlink",
-	Enabled:  func(c config.Config) bool { return c.JoinLink.Enabled },
-	Topology: "joinlink",
-	Catalog:  Catalog,
-	Build:    build,
+// Module is the join-link spec without its AWS adapter: the processor on
+// join-link-generation, the in-process scheduler and its dispatcher, the
+// fallback sweep (wall clock, one replica at a time) and the admin API. On
+// broker.kind sqs it refuses to schedule; the service runs NewModule with
+// the EventBridge adapter.
+var Module = NewModule(Adapters{})
+
+// Adapters are the spec's parts outside handlers/ (AWS clients), handed in
+// by the composition root.
+type Adapters struct {
+	// EventBridge builds the EventBridge Scheduler Schedules
+	// (AwsSchedulerService), used with broker.kind sqs.
+	EventBridge func(ctx context.Context, c EventBridgeConfig) (Schedules, error)
+}
+
+// EventBridgeConfig is what the EventBridge adapter needs: the spec's
+// AWS_SCHEDULER_* settings and the SDK's region and endpoint.
+type EventBridgeConfig struct {
+	TargetQueueARN, RoleARN, Group string
+	Region, Endpoint               string
+}
+
+// NewModule is the join-link spec with a.
+func NewModule(a Adapters) spec.Module {
+	return spec.Module{
+		Name:     "joinlink",
+		Enabled:  func(c config.Config) bool { return c.JoinLink.Enabled },
+		Topology: "joinlink",
+		Catalog:  Catalog,
+		Build:    func(ctx context.Context, d spec.Deps) (spec.Parts, error) { return build(ctx, d, a) },
+	}
+}
+
+// flag is a boolean setting under its spec name: the variable named, when
+// set to a boolean, decides; otherwise eventpipe's key.
+func flag(d spec.Deps, name string, key bool) (bool, error) {
+	v := d.Getenv(name)
+	if v == "" {
+		return key, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%s=%q: want true or false", name, v)
+	}
+	return b, nil
+}
+
+// orEnv is s, or the variable name's value when s is empty.
+func orEnv(d spec.Deps, s, name string) string {
+	if s != "" {
+		return s
+	}
+	return d.Getenv(name)
 }
 
 // build builds the spec. Store and schedules are PostgreSQL when the
 // service has a database, in memory otherwise; bulkRegister is the HTTP
 // client of joinlink.bulk_register_url (see newGenerator). The admin API is mounted on
 // the admin server when joinlink.admin_token_env names a set variable.
-func build(_ context.Context, d spec.Deps) (spec.Parts, error) {
+func build(ctx context.Context, d spec.Deps, a Adapters) (spec.Parts, error) {
 	c := d.Config.JoinLink
+	var err error
+	if c.EnableScheduler, err = flag(d, "ENABLE_JOIN_LINK_SCHEDULER", c.EnableScheduler); err != nil {
+		return spec.Parts{}, err
+	}
+	if c.EnableFallbackCron, err = flag(d, "ENABLE_JOIN_LINK_FALLBACK_CRON", c.EnableFallbackCron); err != nil {
+		return spec.Parts{}, err
+	}
 	var (
 		store     Store        = NewMemory()
 		schedules DueSchedules = NewMemorySchedules()
@@ -51,10 +103,28 @@ func build(_ context.Context, d spec.Deps) (spec.Parts, error) {
 	if err != nil {
 		return spec.Parts{}, err
 	}
+	// EventBridge Scheduler delivers the schedules on AWS; the in-process
+	// scheduler and its dispatcher stand in for it on the other brokers.
+	var registered Schedules = schedules
+	onAWS := d.Config.Broker.Kind == config.KindSQS && c.EnableScheduler
+	if onAWS {
+		if a.EventBridge == nil {
+			return spec.Parts{}, errors.New("joinlink.enable_scheduler on SQS needs the EventBridge Scheduler adapter, which this build does not wire")
+		}
+		if registered, err = a.EventBridge(ctx, EventBridgeConfig{
+			TargetQueueARN: orEnv(d, c.SchedulerTargetQueueARN, "AWS_SCHEDULER_TARGET_QUEUE_ARN"),
+			RoleARN:        orEnv(d, c.SchedulerExecutionRoleARN, "AWS_SCHEDULER_EXECUTION_ROLE_ARN"),
+			Group:          orEnv(d, c.SchedulerGroupName, "AWS_SCHEDULER_GROUP_NAME"),
+			Region:         d.Config.SQS.Region,
+			Endpoint:       c.SchedulerEndpoint,
+		}); err != nil {
+			return spec.Parts{}, err
+		}
+	}
 	svc := &Service{
 		Store:         store,
 		Generator:     generator,
-		Scheduler:     &Scheduler{Enabled: c.EnableScheduler, Schedules: schedules, Logger: d.Logger},
+		Scheduler:     &Scheduler{Enabled: c.EnableScheduler, Schedules: registered, Logger: d.Logger, Metrics: metrics},
 		Logger:        d.Logger,
 		SystemActorID: c.SystemActorID,
 		Metrics:       metrics,
@@ -69,7 +139,7 @@ func build(_ context.Context, d spec.Deps) (spec.Parts, error) {
 			Handler: &API{Service: svc, Auth: BearerAuth(token), Logger: d.Logger},
 		})
 	}
-	if c.EnableScheduler {
+	if c.EnableScheduler && !onAWS {
 		dispatcher := &Dispatcher{Schedules: schedules, Publisher: d.Publisher, Interval: c.DispatchInterval, Logger: d.Logger}
 		parts.Workers = append(parts.Workers, spec.Worker{Name: "joinlink dispatcher", Run: dispatcher.Run})
 	}

@@ -35,9 +35,10 @@ type Schedule struct {
 }
 
 // Schedules is the scheduling adapter (AwsSchedulerService's role, iface-06):
-// upsert and delete one-time schedules by name. EventBridge Scheduler is not
-// available here; MemorySchedules and PostgresSchedules stand in for it, and
-// a Dispatcher delivers what is due.
+// upsert and delete one-time schedules by name. On SQS it is EventBridge
+// Scheduler (package app/eventbridge, handed in through Adapters); on the
+// other brokers MemorySchedules and PostgresSchedules stand in for it, and a
+// Dispatcher delivers what is due.
 type Schedules interface {
 	// Upsert creates or replaces the schedule named s.Name.
 	Upsert(ctx context.Context, s Schedule) error
@@ -64,6 +65,8 @@ type Scheduler struct {
 	Enabled   bool
 	Schedules Schedules
 	Logger    *slog.Logger
+	// Metrics counts the schedule calls that failed; nil counts nothing.
+	Metrics *Metrics
 }
 
 func (s *Scheduler) logger() *slog.Logger {
@@ -89,6 +92,7 @@ func (s *Scheduler) CreateLinkSchedule(ctx context.Context, in ScheduleInput) bo
 	}
 	if err != nil {
 		log.WarnContext(ctx, "join-link schedule not registered; the fallback sweep will generate", slog.Any("error", err))
+		s.Metrics.scheduleError("upsert")
 		return false
 	}
 	log.InfoContext(ctx, "join-link schedule upserted", slog.Time("fire_at", in.FireAt.UTC()))
@@ -104,6 +108,7 @@ func (s *Scheduler) DeleteLinkSchedule(ctx context.Context, programSessionID int
 	name := ScheduleName(programSessionID)
 	if err := s.Schedules.Delete(ctx, name); err != nil {
 		s.logger().WarnContext(ctx, "join-link schedule not deleted", slog.String("schedule", name), slog.Any("error", err))
+		s.Metrics.scheduleError("delete")
 		return false
 	}
 	s.logger().InfoContext(ctx, "join-link schedule deleted", slog.String("schedule", name))
