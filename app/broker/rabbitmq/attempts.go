@@ -195,7 +195,7 @@ func copyID(d amqp.Delivery, msg *message.Message) string {
 // the delivery over as it is. err is an ack failure that must end the
 // subscription.
 func (p *PubSub) recount(ctx context.Context, src source, d amqp.Delivery, msg *message.Message) (done bool, err error) {
-	if err := p.republish(ctx, src.queue, d, msg, attemptOf(d, src.typ), 0); err != nil {
+	if err := p.republish(ctx, src, d, msg, attemptOf(d, src.typ), 0); err != nil {
 		p.logger.Error("Counting a redelivery failed, handling it with the attempt counted for this delivery only", err,
 			watermill.LogFields{"message_uuid": msg.UUID, "amqp_queue": src.queue})
 		return false, nil
@@ -208,11 +208,12 @@ func (p *PubSub) recount(ctx context.Context, src source, d amqp.Delivery, msg *
 	return true, nil
 }
 
-// republish publishes a copy of delivery d to its own queue with eventpipe's
-// count set to attempt — after delay, through the queue's delay queue
-// (delay.go), when delay is more than 0 — and waits for the broker's confirm.
-// The caller acks d only if it succeeds.
-func (p *PubSub) republish(ctx context.Context, queue string, d amqp.Delivery, msg *message.Message, attempt int, delay time.Duration) error {
+// republish publishes a copy of delivery d to its own queue (src's) with
+// eventpipe's count set to attempt — after delay, through the queue's delay
+// queue (delay.go), when delay is more than 0 — and waits for the broker's
+// confirm. The caller acks d only if it succeeds.
+func (p *PubSub) republish(ctx context.Context, src source, d amqp.Delivery, msg *message.Message, attempt int, delay time.Duration) error {
+	queue := src.queue
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.PublishTimeout)
 	defer cancel()
 	headers := make(amqp.Table, len(d.Headers)+4)
@@ -258,7 +259,7 @@ func (p *PubSub) republish(ctx context.Context, queue string, d amqp.Delivery, m
 		target := queue
 		if delay > 0 {
 			var err error
-			if target, err = p.delayQueue(ctx, pc, queue, delay); err != nil {
+			if target, err = p.delayQueue(ctx, pc, queue, src.typ, delay); err != nil {
 				return err
 			}
 		}

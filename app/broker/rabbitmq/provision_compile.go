@@ -11,6 +11,8 @@ package rabbitmq
 //	queue.type classic|quorum   classic: no x-queue-type argument (as DurableQueues
 //	                            declares, and as queues made by other tools are);
 //	                            quorum: x-queue-type=quorum
+//	                            (rabbitmq.queue_type may make every queue of one
+//	                            type: app.DeployedTopology, decision 0015)
 //	queue.max_receives          quorum: x-delivery-limit = max_receives. Classic
 //	                            queues have no delivery limit in RabbitMQ 3.10: the
 //	                            limit is left to the guarantees middleware (the
@@ -161,6 +163,9 @@ func NativeGaps(t topology.Topology) []string {
 		}
 		if q.MaxReceives > 0 && q.Type != topology.Quorum {
 			add("max_receives %d: classic queues have no delivery limit; enforced by the guarantees middleware (x-attempt), declare type: quorum to have RabbitMQ enforce it", q.MaxReceives)
+		}
+		if q.Type == topology.Quorum && q.DeadLetter == nil {
+			add("quorum without a dead-letter exchange: RabbitMQ 4 drops a message delivered more than 20 times (its default delivery limit), `eventpipe dlq peek` included (each peek is a delivery); RabbitMQ 3.x has no default limit")
 		}
 		if q.VisibilityTimeout > 0 {
 			add("visibility_timeout %s: enforced as the handler timeout by the middleware (RabbitMQ's consumer_timeout is node-wide)", q.VisibilityTimeout)

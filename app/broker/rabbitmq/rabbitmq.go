@@ -543,7 +543,7 @@ func (p *PubSub) deliver(ctx context.Context, src source, d amqp.Delivery, out c
 func (p *PubSub) settleNack(ctx context.Context, src source, d amqp.Delivery, msg *message.Message) error {
 	delay := metadata.NackDelay(msg)
 	if src.typ != QueueQuorum || d.MessageId == "" || delay > 0 {
-		err := p.republish(ctx, src.queue, d, msg, attemptOf(d, src.typ)+1, delay)
+		err := p.republish(ctx, src, d, msg, attemptOf(d, src.typ)+1, delay)
 		if err == nil {
 			if err := errors.Join(d.Ack(false), src.ackBarrier()); err != nil {
 				// The copy is in the queue; the original comes back too once
