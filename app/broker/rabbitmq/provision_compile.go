@@ -179,14 +179,20 @@ func NativeGaps(t topology.Topology) []string {
 		if q.Encryption != "" {
 			add("encryption %s: SQS-only; on RabbitMQ use TLS and encrypted disks", q.Encryption)
 		}
-		if q.BatchSize > 0 {
+		if q.BatchSize > 0 && !q.FIFO {
 			add("batch_size %d: the subscriber's prefetch, not a queue argument", q.BatchSize)
+		}
+		if q.BatchSize > 0 && q.FIFO {
+			add("batch_size %d: not applied, a FIFO queue is consumed with prefetch 1 (a crash then charges only the message in hand)", q.BatchSize)
 		}
 		if q.ContentBasedDedup {
 			add("content_based_dedup: no broker-side dedup; consumers deduplicate by message id")
 		}
 		if q.FIFO {
 			add("fifo: single active consumer, one order for the whole queue (SQS orders per message group)")
+			if q.Type != topology.Quorum && q.MaxReceives > 0 {
+				add("fifo on a classic queue: a consumer's crashes are counted in the PostgreSQL attempt ledger (serve needs postgres.dsn), or not at all; type quorum counts them natively")
+			}
 		}
 	}
 	return out

@@ -33,8 +33,9 @@
 //     that cannot come, and Close does not wait for a broker that no longer
 //     reads.
 //   - Attempts are counted by the broker on quorum queues and by eventpipe on
-//     classic queues, crashes included, and a publisher's x-attempt is never
-//     trusted (see attempts.go and decision 0010).
+//     classic queues, crashes included — on ordered classic queues in an
+//     AttemptLedger, which keeps the queue's order — and a publisher's
+//     x-attempt is never trusted (see attempts.go, decisions 0010 and 0016).
 package rabbitmq
 
 import (
