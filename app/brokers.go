@@ -10,7 +10,9 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/cenkalti/backoff/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/eventpipe/eventpipe/app/attemptledger"
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/broker/memory"
 	"github.com/eventpipe/eventpipe/app/broker/postgres"
@@ -24,8 +26,16 @@ import (
 // names from its section of cfg and checks that the broker answers. While the
 // broker is unreachable it logs and retries with exponential backoff (capped
 // at 10 s between tries) until ctx ends or serve.connect_timeout passes
-// (0 = no limit).
+// (0 = no limit). It is the broker of a command that does not consume the
+// specs' queues (publish, dlq, topology, relay): serve's (newBroker) also
+// gets the database, for the RabbitMQ attempt ledger.
 func NewBroker(ctx context.Context, cfg config.Config, logger *slog.Logger) (broker.PubSub, error) {
+	return newBroker(ctx, cfg, logger, nil)
+}
+
+// newBroker is NewBroker with serve's database (nil without one): on RabbitMQ
+// it keeps the attempt ledger of ordered classic queues (attemptledger).
+func newBroker(ctx context.Context, cfg config.Config, logger *slog.Logger, db *pgxpool.Pool) (broker.PubSub, error) {
 	wlog := watermillLogger(logger)
 	if cfg.Serve.ConnectTimeout > 0 {
 		// Adapters that wait for their broker inside New (RabbitMQ) honour
@@ -36,7 +46,7 @@ func NewBroker(ctx context.Context, cfg config.Config, logger *slog.Logger) (bro
 	}
 	instance := instanceName(cfg)
 	connect := func() (broker.PubSub, error) {
-		ps, err := newAdapter(ctx, cfg, instance, wlog)
+		ps, err := newAdapter(ctx, cfg, instance, db, wlog)
 		if err != nil {
 			return nil, err
 		}
@@ -67,7 +77,7 @@ func NewBroker(ctx context.Context, cfg config.Config, logger *slog.Logger) (bro
 	return ps, nil
 }
 
-func newAdapter(ctx context.Context, cfg config.Config, instance string, logger watermill.LoggerAdapter) (broker.PubSub, error) {
+func newAdapter(ctx context.Context, cfg config.Config, instance string, db *pgxpool.Pool, logger watermill.LoggerAdapter) (broker.PubSub, error) {
 	switch cfg.Broker.Kind {
 	case config.KindMemory:
 		return memory.New(memory.Config{OutputBuffer: int64(cfg.Memory.OutputBuffer)}, logger)
@@ -86,8 +96,15 @@ func newAdapter(ctx context.Context, cfg config.Config, instance string, logger 
 			// nil Fallback means plain durable queues.
 			declared = rabbitmq.InstanceFanout{Topics: topics, Instance: instance, Fallback: declared}
 		}
+		var ledger rabbitmq.AttemptLedger
+		if db != nil {
+			if ledger, err = attemptledger.NewPostgres(db, cfg.Postgres.Schema, 0); err != nil {
+				return nil, backoff.Permanent(err)
+			}
+		}
 		return rabbitmq.New(ctx, rabbitmq.Config{
 			Topology:        declared,
+			AttemptLedger:   ledger,
 			QueuePrefetch:   batchSizes(top),
 			URL:             cfg.RabbitMQ.URL,
 			Prefetch:        cfg.RabbitMQ.Prefetch,
@@ -184,4 +201,21 @@ func instanceName(cfg config.Config) string {
 	}
 	host, _ := os.Hostname()
 	return strings.ToLower(host + "-" + watermill.NewShortUUID())
+}
+
+// uncountedCrashQueues are the queues of top on which, with cfg, a message
+// that kills its consumer every time is redelivered forever: RabbitMQ's
+// ordered (FIFO) classic queues when the process has no database for the
+// attempt ledger (rabbitmq.AttemptLedger). serve warns about each at start.
+func uncountedCrashQueues(cfg config.Config, top topology.Topology) []string {
+	if cfg.Broker.Kind != config.KindRabbitMQ || cfg.Postgres.DSN != "" {
+		return nil
+	}
+	var out []string
+	for _, q := range top.Queues {
+		if q.FIFO && q.Type != topology.Quorum {
+			out = append(out, q.Name)
+		}
+	}
+	return out
 }

@@ -46,8 +46,9 @@ func enabledModules(cfg config.Config) []spec.Module {
 	return on
 }
 
-// SpecTopology merges the topologies of the specs cfg enables. It has no
-// queues when none of them declares a topology.
+// SpecTopology merges the topologies of the specs cfg enables, as this
+// deployment declares them (DeployedTopology). It has no queues when none of
+// them declares a topology.
 func SpecTopology(cfg config.Config) (topology.Topology, error) {
 	var tops []topology.Topology
 	for _, m := range enabledModules(cfg) {
@@ -67,7 +68,24 @@ func SpecTopology(cfg config.Config) (topology.Topology, error) {
 	if len(tops) == 0 {
 		return topology.Topology{Name: "none"}, nil
 	}
-	return topology.Merge("eventpipe", tops...)
+	merged, err := topology.Merge("eventpipe", tops...)
+	if err != nil {
+		return topology.Topology{}, err
+	}
+	return DeployedTopology(cfg, merged)
+}
+
+// DeployedTopology is t as this deployment declares it: every queue of the
+// type rabbitmq.queue_type names, unless it says as-declared
+// (topology.WithQueueType). Everything that compiles a topology for a broker
+// goes through it — serve's broker (SpecTopology), `topology plan`, `apply`
+// and `export` — so that they never disagree about a queue's arguments.
+func DeployedTopology(cfg config.Config, t topology.Topology) (topology.Topology, error) {
+	out, err := t.WithQueueType(cfg.RabbitMQ.QueueType)
+	if err != nil {
+		return topology.Topology{}, fmt.Errorf("rabbitmq.queue_type: %w", err)
+	}
+	return out, nil
 }
 
 // Catalog returns every route this binary knows, enabled or not. `eventpipe

@@ -97,25 +97,32 @@ func newService(ctx context.Context, cfg config.Config, logger *slog.Logger, mod
 		_ = tracerShutdown(ctx)
 		return nil, err
 	}
-	ps, err := NewBroker(ctx, cfg, logger)
+	// The database first: the broker keeps RabbitMQ's attempt ledger in it.
+	if cfg.Postgres.DSN != "" {
+		if s.db, err = openDatabase(ctx, cfg, logger); err != nil {
+			_ = tracerShutdown(ctx)
+			return nil, err
+		}
+	}
+	ps, err := newBroker(ctx, cfg, logger, s.db)
 	if err != nil {
+		if s.db != nil {
+			s.db.Close()
+		}
 		_ = tracerShutdown(ctx)
 		return nil, err
 	}
 	s.broker = ps
+	for _, q := range uncountedCrashQueues(cfg, top) {
+		logger.Warn("a message that kills its consumer every time is redelivered forever on this queue: it is an ordered (FIFO) classic RabbitMQ queue, whose crash redeliveries only the attempt ledger in PostgreSQL counts, and postgres.dsn is not set; set rabbitmq.queue_type: quorum (the broker counts them) or postgres.dsn",
+			slog.String("queue", q))
+	}
 	routed, err := NewPublisher(cfg, ps, top)
 	if err != nil {
 		s.closeResources()
 		return nil, err
 	}
 	s.publisher = middleware.TracingPublisher(routed, tp)
-
-	if cfg.Postgres.DSN != "" {
-		if s.db, err = openDatabase(ctx, cfg, logger); err != nil {
-			s.closeResources()
-			return nil, err
-		}
-	}
 	deps, err := s.sharedDeps(top)
 	if err != nil {
 		s.closeResources()

@@ -370,7 +370,22 @@ type RabbitMQ struct {
 	// PublisherConfirms makes every publish wait for the broker's
 	// confirmation. Default true.
 	PublisherConfirms bool `yaml:"publisher_confirms" env:"PUBLISHER_CONFIRMS" doc:"Wait for the broker to confirm every publish."`
+	// QueueType is the RabbitMQ type of every spec queue and its
+	// dead-letter queue: as-declared (what each topology file says, classic
+	// today), classic, or quorum (x-queue-type=quorum, x-delivery-limit =
+	// max_receives; recommended in production, decision 0015). serve,
+	// `topology plan/apply` and `topology export` all apply it. RabbitMQ
+	// cannot change a live queue's type: switching means draining and
+	// deleting the queues first. Default as-declared ("" means the same).
+	QueueType string `yaml:"queue_type" env:"QUEUE_TYPE" doc:"RabbitMQ type of every spec queue and its DLQ: as-declared (each topology file's, classic today), classic, or quorum (x-delivery-limit = max_receives; recommended in production, decision 0015). A live queue's type cannot change: drain and delete it first."`
 }
+
+// Values rabbitmq.queue_type accepts ("" means QueueTypeAsDeclared).
+const (
+	QueueTypeAsDeclared = "as-declared"
+	QueueTypeClassic    = "classic"
+	QueueTypeQuorum     = "quorum"
+)
 
 // SQS configures the Amazon SQS broker. Credentials always come from the AWS
 // SDK's default chain (AWS_ACCESS_KEY_ID, AWS_PROFILE, an instance role, …).
@@ -499,6 +514,7 @@ func Defaults() Config {
 			Prefetch:          100,
 			ChannelPoolSize:   16,
 			PublisherConfirms: true,
+			QueueType:         QueueTypeAsDeclared,
 		},
 		SQS: SQS{
 			Region:         "",

@@ -109,6 +109,9 @@ func (c Config) Validate() error {
 	}
 	inRange(&ps, "rabbitmq.prefetch", c.RabbitMQ.Prefetch, 1, maxPrefetch)
 	inRange(&ps, "rabbitmq.channel_pool_size", c.RabbitMQ.ChannelPoolSize, 1, maxChannels)
+	if c.RabbitMQ.QueueType != "" {
+		oneOf(&ps, "rabbitmq.queue_type", c.RabbitMQ.QueueType, QueueTypeAsDeclared, QueueTypeClassic, QueueTypeQuorum)
+	}
 
 	if c.Broker.Kind == KindSQS && c.SQS.Endpoint != "" {
 		checkURL(&ps, "sqs.endpoint", c.SQS.Endpoint, endpointURL)

@@ -91,6 +91,19 @@ func TestValidate(t *testing.T) {
 			},
 		},
 		{
+			name: "rabbitmq queue type",
+			modify: func(c *config.Config) {
+				c.RabbitMQ.QueueType = "stream"
+			},
+			want: []config.Problem{{Path: "rabbitmq.queue_type", Message: `"stream" is not one of as-declared, classic, quorum`}},
+		},
+		{
+			name: "rabbitmq queue type empty means as declared",
+			modify: func(c *config.Config) {
+				c.RabbitMQ.QueueType = ""
+			},
+		},
+		{
 			name: "sqs endpoint must be http",
 			modify: func(c *config.Config) {
 				c.Broker.Kind = config.KindSQS

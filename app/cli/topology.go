@@ -58,6 +58,20 @@ func loadTopologies(files []string) ([]topology.Topology, error) {
 	return out, nil
 }
 
+// deployed applies the deployment's choices to the topologies read from files
+// (app.DeployedTopology), as serve applies them to its own.
+func deployed(cfg config.Config, tops []topology.Topology) ([]topology.Topology, error) {
+	out := make([]topology.Topology, 0, len(tops))
+	for _, t := range tops {
+		d, err := app.DeployedTopology(cfg, t)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
 // provisioner connects to the configured broker and returns what provisions
 // it. Brokers without native objects provision their queues by initializing
 // each subscription.
@@ -89,6 +103,9 @@ func (e *env) topologyPlanCmd() *cobra.Command {
 				return err
 			}
 			defer func() { _ = ps.Close() }()
+			if tops, err = deployed(cfg, tops); err != nil {
+				return err
+			}
 			p, ok := ps.(broker.Provisioner)
 			if !ok {
 				_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s: queues are created on first use; nothing to plan\n", cfg.Broker.Kind)
@@ -143,6 +160,9 @@ reported with the argument, both values and what to do, and apply exits 1.`,
 				return err
 			}
 			defer func() { _ = ps.Close() }()
+			if tops, err = deployed(cfg, tops); err != nil {
+				return err
+			}
 			out := cmd.OutOrStdout()
 			p, ok := ps.(broker.Provisioner)
 			if !ok {
@@ -208,13 +228,23 @@ func (e *env) topologyExportCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "export -f FILE... --format rabbitmq-definitions",
 		Short: "Print a RabbitMQ definitions.json for the topology (rabbitmqctl import_definitions)",
-		Args:  noArgs,
+		Long: `export prints the queues as this deployment declares them: with rabbitmq.queue_type
+(EVENTPIPE_RABBITMQ_QUEUE_TYPE) set to classic or quorum, every queue and dead-letter queue is of
+that type, as serve and topology apply declare them.`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if format != "rabbitmq-definitions" {
 				return usageError{fmt.Errorf("--format %q: the only format is rabbitmq-definitions", format)}
 			}
 			tops, err := loadTopologies(files)
 			if err != nil {
+				return err
+			}
+			cfg, err := e.load()
+			if err != nil {
+				return err
+			}
+			if tops, err = deployed(cfg, tops); err != nil {
 				return err
 			}
 			name := tops[0].Name

@@ -2,11 +2,14 @@ package cli_test
 
 import (
 	"context"
+	"log/slog"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -15,8 +18,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/eventpipe/eventpipe/app"
+	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/cli"
 	"github.com/eventpipe/eventpipe/app/testenv"
+	"github.com/eventpipe/eventpipe/config"
+	"github.com/eventpipe/eventpipe/handlers/realtime"
 )
 
 var specFiles = []string{"-f", specs + "interviews.yaml", "-f", specs + "disputes.yaml", "-f", specs + "stackup.yaml", "-f", specs + "booking.yaml", "-f", specs + "joinlink.yaml"}
@@ -93,4 +100,70 @@ func rabbitmqctl(t *testing.T, args ...string) {
 	t.Helper()
 	out, err := exec.Command("rabbitmqctl", args...).CombinedOutput()
 	require.NoError(t, err, "rabbitmqctl %v: %s", args, out)
+}
+
+// With rabbitmq.queue_type quorum, serve's broker declares every spec queue
+// and its dead-letter queue quorum — the instance fan-out queue stays classic,
+// as a transient queue must — and `topology plan` and `apply`, given the same
+// environment, find exactly what serve declared. Without the switch, serve's
+// classic declaration of those queues is refused: the failure the switch
+// exists for.
+func TestQueueTypeQuorumServeAndProvisioningAgree(t *testing.T) {
+	t.Parallel()
+	amqpURL, vhost := testenv.RabbitMQVhost(t)
+	asDeclared := []string{
+		"EVENTPIPE_BROKER=rabbitmq", "EVENTPIPE_RABBITMQ_URL=" + amqpURL,
+		"EVENTPIPE_INTERVIEWS_ENABLED=true", "EVENTPIPE_STACKUP_ENABLED=true", "EVENTPIPE_DISPUTES_ENABLED=true",
+		"EVENTPIPE_BOOKING_ENABLED=true", "EVENTPIPE_JOINLINK_ENABLED=true",
+	}
+	environ := append(slices.Clone(asDeclared), "EVENTPIPE_RABBITMQ_QUEUE_TYPE=quorum")
+	serveBroker := func(environ []string) broker.PubSub {
+		cfg, err := config.Load("", environ)
+		require.NoError(t, err)
+		ps, err := app.NewBroker(context.Background(), cfg, slog.New(slog.DiscardHandler))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = ps.Close() })
+		return ps
+	}
+	ps := serveBroker(environ)
+	init := ps.(message.SubscribeInitializer)
+	require.NoError(t, init.SubscribeInitialize("booking-session-events.fifo"), "declares every spec's topology")
+	require.NoError(t, init.SubscribeInitialize(realtime.FanoutTopic))
+
+	out := testenv.RabbitMQCtl(t, "list_queues", "-p", vhost, "name", "type", "durable")
+	types := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		require.Len(t, f, 3, line)
+		if f[0] == "name" {
+			continue
+		}
+		types[f[0]] = f[1] + " " + f[2]
+	}
+	fanout := 0
+	for name, typ := range types {
+		if strings.HasPrefix(name, realtime.FanoutTopic+".") {
+			fanout++
+			assert.Equal(t, "classic false", typ, "%s: an instance queue is transient, never quorum", name)
+			continue
+		}
+		assert.Equal(t, "quorum true", typ, name)
+	}
+	assert.Equal(t, 1, fanout)
+	assert.Len(t, types, 4+30+4+2+1+1, "interviews, stackup, disputes, booking (queues and DLQs), joinlink, the fan-out queue")
+
+	r := run(t, environ, topologyArgs("plan")...)
+	require.Equal(t, cli.ExitOK, r.code, "plan finds what serve declared:\n%s%s", r.stdout, r.stderr)
+	assert.Equal(t, 5, strings.Count(r.stdout, "in sync: nothing to change"), r.stdout)
+	assert.NotContains(t, r.stdout, "classic queues have no delivery limit")
+	assert.Contains(t, r.stdout, "note: queue join-link-generation: quorum without a dead-letter exchange")
+	r = run(t, environ, topologyArgs("apply")...)
+	require.Equal(t, cli.ExitOK, r.code, r.stdout+r.stderr)
+
+	err := serveBroker(asDeclared).(message.SubscribeInitializer).SubscribeInitialize("booking-session-events.fifo")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "inequivalent arg 'x-queue-type'")
+	r = run(t, asDeclared, topologyArgs("plan")...)
+	assert.Equal(t, cli.ExitFailure, r.code)
+	assert.Contains(t, r.stdout, "x-queue-type")
 }

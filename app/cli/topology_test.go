@@ -30,6 +30,50 @@ func TestTopologyExportRabbitMQDefinitions(t *testing.T) {
 	assert.Len(t, defs.Bindings, 32, "17 declared + 15 dead-letter bindings")
 }
 
+// With rabbitmq.queue_type quorum, export declares every queue and dead-letter
+// queue quorum, a delivery limit where the topology gives max_receives, as
+// serve and apply do; the default keeps what the file says.
+func TestTopologyExportWithQueueType(t *testing.T) {
+	t.Parallel()
+	queues := func(environ []string) map[string]map[string]any {
+		r := run(t, environ, "topology", "export", "-f", specs+"booking.yaml", "-f", specs+"stackup.yaml")
+		require.Equal(t, cli.ExitOK, r.code, r.stderr)
+		var defs struct {
+			Queues []struct {
+				Name      string         `json:"name"`
+				Arguments map[string]any `json:"arguments"`
+			} `json:"queues"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &defs))
+		out := map[string]map[string]any{}
+		for _, q := range defs.Queues {
+			out[q.Name] = q.Arguments
+		}
+		return out
+	}
+
+	quorum := queues([]string{"EVENTPIPE_RABBITMQ_QUEUE_TYPE=quorum"})
+	require.Len(t, quorum, 32)
+	for name, args := range quorum {
+		assert.Equal(t, "quorum", args["x-queue-type"], name)
+	}
+	assert.Equal(t, map[string]any{
+		"x-queue-type": "quorum", "x-delivery-limit": float64(5), "x-single-active-consumer": true,
+		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "booking-session-events-dlq.fifo",
+	}, quorum["booking-session-events.fifo"])
+	assert.Equal(t, "stackup.dlx", quorum["ai.generate.questions"]["x-dead-letter-exchange"])
+	assert.NotContains(t, quorum["ai.generate.questions"], "x-delivery-limit", "no max_receives in the contract")
+
+	for _, environ := range [][]string{nil, {"EVENTPIPE_RABBITMQ_QUEUE_TYPE=as-declared"}} {
+		for name, args := range queues(environ) {
+			assert.NotContains(t, args, "x-queue-type", "%s is classic, as its file says", name)
+		}
+	}
+	r := run(t, []string{"EVENTPIPE_RABBITMQ_QUEUE_TYPE=stream"}, "topology", "export", "-f", specs+"booking.yaml")
+	assert.Equal(t, cli.ExitUsage, r.code)
+	assert.Contains(t, r.stderr, "rabbitmq.queue_type")
+}
+
 func TestTopologyUsageErrors(t *testing.T) {
 	t.Parallel()
 	bad := filepath.Join(t.TempDir(), "bad.yaml")

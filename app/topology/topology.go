@@ -185,6 +185,35 @@ func Merge(name string, tops ...Topology) (Topology, error) {
 	return out, out.Validate()
 }
 
+// AsDeclared is the queue-type override that changes nothing: every queue
+// keeps the type its topology file gives it (WithQueueType).
+const AsDeclared = "as-declared"
+
+// QueueTypes are the values WithQueueType accepts ("" means AsDeclared).
+func QueueTypes() []string { return []string{AsDeclared, Classic, Quorum} }
+
+// WithQueueType returns t with every queue declared of type typ — and so
+// every dead-letter queue, which AllQueues gives its source's type — or t
+// unchanged for "" and AsDeclared. It is the one place a deployment's choice
+// of queue type (rabbitmq.queue_type) is applied, so that serve, `topology
+// plan/apply` and `topology export` compile the same queues. Only RabbitMQ
+// reads a queue's type; the other brokers ignore it.
+func (t Topology) WithQueueType(typ string) (Topology, error) {
+	switch typ {
+	case "", AsDeclared:
+		return t, nil
+	case Classic, Quorum:
+	default:
+		return t, fmt.Errorf("queue type %q is not one of %s", typ, strings.Join(QueueTypes(), ", "))
+	}
+	out := t
+	out.Queues = slices.Clone(t.Queues)
+	for i := range out.Queues {
+		out.Queues[i].Type = typ
+	}
+	return out, nil
+}
+
 // Queue returns the queue named name (dead-letter queues included).
 func (t Topology) Queue(name string) (Queue, bool) {
 	for _, q := range t.AllQueues() {

@@ -156,3 +156,32 @@ func TestPlanString(t *testing.T) {
 	assert.Contains(t, s, "3 change(s)")
 	assert.False(t, p.InSync())
 }
+
+// A deployment's queue type replaces every queue's, dead-letter queues
+// included; as-declared changes nothing; the original is not modified.
+func TestWithQueueType(t *testing.T) {
+	t.Parallel()
+	top := topology.Topology{Name: "t", Queues: []topology.Queue{
+		{Name: "a", Type: topology.Classic, MaxReceives: 3, DeadLetter: &topology.DeadLetter{Queue: "a-dlq"}},
+		{Name: "b.fifo", FIFO: true},
+	}}
+	for _, typ := range []string{"", topology.AsDeclared} {
+		same, err := top.WithQueueType(typ)
+		require.NoError(t, err)
+		assert.Equal(t, top, same, "%q", typ)
+	}
+
+	quorum, err := top.WithQueueType(topology.Quorum)
+	require.NoError(t, err)
+	require.NoError(t, quorum.Validate())
+	var types []string
+	for _, q := range quorum.AllQueues() {
+		types = append(types, q.Name+"="+q.Type)
+	}
+	assert.Equal(t, []string{"a=quorum", "b.fifo=quorum", "a-dlq=quorum"}, types)
+	assert.Equal(t, topology.Classic, top.Queues[0].Type, "the original is left as it was")
+	assert.Empty(t, top.Queues[1].Type)
+
+	_, err = top.WithQueueType("stream")
+	assert.ErrorContains(t, err, `queue type "stream" is not one of as-declared, classic, quorum`)
+}

@@ -51,16 +51,26 @@ import (
 //   - Except on an ordered queue (a topology's FIFO queue, Orderer): there
 //     the copy would go behind the later messages of its group (seen in make
 //     chaos: 47 booking events out of order after consumer kills), so a
-//     flagged redelivery is handed over in place, in its position, its
-//     attempt counted for this delivery only. The cost: on an ordered classic
-//     queue a message that kills its consumer every time is not stopped by the
-//     attempt limit; declare the queue quorum (x-delivery-count counts
-//     crashes natively) where that matters.
+//     flagged redelivery is handed over in place, in its position, and its
+//     crash is counted outside the queue, in the AttemptLedger (a PostgreSQL
+//     table, app/attemptledger): the ledger's count of the message's crash
+//     redeliveries replaces the 1 of a flagged redelivery. The row goes once
+//     the delivery is settled — acked (handled, or dead-lettered by the
+//     middleware) or nacked into a counted copy, which carries the count
+//     from then on. So a message that kills its consumer every time reaches
+//     its attempt limit there too, in its place. Without a ledger (no
+//     database), or when the ledger fails, or for a message without
+//     message_id (its id is new on every delivery), the attempt is counted
+//     for this delivery only, and such a message loops forever: declare the
+//     queue quorum (rabbitmq.queue_type: quorum; x-delivery-count counts
+//     crashes natively), or give the process a database.
+//     An ordered queue is consumed with prefetch 1, so that only the message
+//     in hand comes back flagged after a crash (rabbitmq.go, consumeOnce).
 //
 // A delivery's attempt number is eventpipe's count (x-eventpipe-attempt, 0 on
-// a message no eventpipe republished) plus the broker's count of the
-// redeliveries since: x-delivery-count on a quorum queue, 1 on a classic
-// queue's flagged redelivery. On a classic queue x-delivery-count is a
+// a message no eventpipe republished) plus the count of the redeliveries
+// since: x-delivery-count on a quorum queue, the attempt ledger's on an
+// ordered classic queue, 1 on another classic queue's flagged redelivery. On a classic queue x-delivery-count is a
 // publisher's header like any other and counts nothing.
 //
 // A message published without message_id (rabbitmqadmin, StackUp §9's smoke
@@ -89,6 +99,61 @@ const (
 	// copy it republished. Marshal removes it from everything else.
 	headerOwnAttempt = "x-eventpipe-attempt"
 )
+
+// AttemptLedger counts, outside the broker, how many times a message of an
+// ordered classic queue came back flagged redelivered: its consumer died
+// holding it. It must outlive the consumer (a database table: kill -9 is what
+// it counts). A row is keyed by queue and message_id; rows not bumped for a
+// long time (a settled message whose Forget failed) are the implementation's
+// to expire.
+type AttemptLedger interface {
+	// Bump records one more crash redelivery of messageID on queue and
+	// returns how many it has recorded, this one included (1 for the
+	// first). It must be durable when it returns: the handler it precedes
+	// may kill the process.
+	Bump(ctx context.Context, queue, messageID string) (int, error)
+	// Forget drops the record of messageID on queue: its delivery was
+	// settled.
+	Forget(ctx context.Context, queue, messageID string) error
+}
+
+// ledgerTimeout bounds one call to the attempt ledger.
+const ledgerTimeout = 10 * time.Second
+
+// countCrash counts a flagged redelivery from an ordered classic queue in the
+// attempt ledger and returns its attempt number: eventpipe's count carried by
+// the delivery plus the ledger's count of crash redeliveries. ok is false
+// when there is no ledger, the message has no id, or the ledger failed; the
+// caller then counts the crash for this delivery only.
+func (p *PubSub) countCrash(ctx context.Context, src source, d amqp.Delivery, msg *message.Message) (attempt int, ok bool) {
+	if p.cfg.AttemptLedger == nil || d.MessageId == "" {
+		return 0, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, ledgerTimeout)
+	defer cancel()
+	crashes, err := p.cfg.AttemptLedger.Bump(ctx, src.queue, d.MessageId)
+	if err != nil {
+		p.logger.Error("Counting a crash redelivery in the attempt ledger failed, handling it with the attempt counted for this delivery only", err,
+			watermill.LogFields{"message_uuid": msg.UUID, "amqp_queue": src.queue})
+		return 0, false
+	}
+	own, _ := ownAttempt(d)
+	return own + crashes, true
+}
+
+// forgetCrashes drops a settled delivery's row from the attempt ledger. A
+// failure leaves a row that only a later delivery of the same id (a redrive)
+// could meet before it expires: logged, not fatal.
+func (p *PubSub) forgetCrashes(src source, d amqp.Delivery, msg *message.Message) {
+	// Not the subscription's context: a delivery settled during shutdown
+	// still has its row to drop.
+	ctx, cancel := context.WithTimeout(context.Background(), ledgerTimeout)
+	defer cancel()
+	if err := p.cfg.AttemptLedger.Forget(ctx, src.queue, d.MessageId); err != nil {
+		p.logger.Error("Forgetting a settled message in the attempt ledger failed", err,
+			watermill.LogFields{"message_uuid": msg.UUID, "amqp_queue": src.queue})
+	}
+}
 
 // MetadataPublisherAttempt is the metadata key (and, on eventpipe's counted
 // copies, the AMQP header) that carries a publisher's own x-attempt when it
@@ -195,7 +260,7 @@ func copyID(d amqp.Delivery, msg *message.Message) string {
 // the delivery over as it is. err is an ack failure that must end the
 // subscription.
 func (p *PubSub) recount(ctx context.Context, src source, d amqp.Delivery, msg *message.Message) (done bool, err error) {
-	if err := p.republish(ctx, src.queue, d, msg, attemptOf(d, src.typ), 0); err != nil {
+	if err := p.republish(ctx, src, d, msg, attemptOf(d, src.typ), 0); err != nil {
 		p.logger.Error("Counting a redelivery failed, handling it with the attempt counted for this delivery only", err,
 			watermill.LogFields{"message_uuid": msg.UUID, "amqp_queue": src.queue})
 		return false, nil
@@ -208,11 +273,12 @@ func (p *PubSub) recount(ctx context.Context, src source, d amqp.Delivery, msg *
 	return true, nil
 }
 
-// republish publishes a copy of delivery d to its own queue with eventpipe's
-// count set to attempt — after delay, through the queue's delay queue
-// (delay.go), when delay is more than 0 — and waits for the broker's confirm.
-// The caller acks d only if it succeeds.
-func (p *PubSub) republish(ctx context.Context, queue string, d amqp.Delivery, msg *message.Message, attempt int, delay time.Duration) error {
+// republish publishes a copy of delivery d to its own queue (src's) with
+// eventpipe's count set to attempt — after delay, through the queue's delay
+// queue (delay.go), when delay is more than 0 — and waits for the broker's
+// confirm. The caller acks d only if it succeeds.
+func (p *PubSub) republish(ctx context.Context, src source, d amqp.Delivery, msg *message.Message, attempt int, delay time.Duration) error {
+	queue := src.queue
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.PublishTimeout)
 	defer cancel()
 	headers := make(amqp.Table, len(d.Headers)+4)
@@ -258,7 +324,7 @@ func (p *PubSub) republish(ctx context.Context, queue string, d amqp.Delivery, m
 		target := queue
 		if delay > 0 {
 			var err error
-			if target, err = p.delayQueue(ctx, pc, queue, delay); err != nil {
+			if target, err = p.delayQueue(ctx, pc, queue, src.typ, delay); err != nil {
 				return err
 			}
 		}

@@ -22,7 +22,13 @@ import (
 // long delay never holds back a short one at the queue's head (RabbitMQ
 // expires messages at the head only). A delay is rounded up to its bucket:
 // up to about a third longer than asked, never shorter. They are declared on
-// first use, durable, with no consumer: "<queue>.eventpipe-delay-<seconds>s".
+// first use, durable, with no consumer: "<queue>.eventpipe-delay-<seconds>s",
+// of their queue's type: a quorum queue's retries wait in quorum queues,
+// replicated like the queue itself (RabbitMQ 3.10 and later expire and
+// dead-letter quorum queues' messages by x-message-ttl as classic queues do).
+// A queue whose type changed keeps its old delay queues, which RabbitMQ will
+// not redeclare with another type: the counted copy then fails and the nack
+// falls back to a plain requeue, without the delay, until they are deleted.
 
 // delayBuckets are the delay queues' TTLs, in seconds.
 var delayBuckets = []int{1, 2, 3, 5, 8, 13, 20, 30, 45, 60, 90, 120, 180, 300, 450, 600, 900, 1200, 1800, 2700, 3600}
@@ -43,18 +49,22 @@ func delayQueueName(queue string, seconds int) string {
 }
 
 // delayQueue returns the name of queue's delay queue for d, declaring it on
-// first use (after a reconnect, again).
-func (p *PubSub) delayQueue(ctx context.Context, pc *pubChannel, queue string, d time.Duration) (string, error) {
+// first use (after a reconnect, again) with the type qt of queue.
+func (p *PubSub) delayQueue(ctx context.Context, pc *pubChannel, queue string, qt QueueType, d time.Duration) (string, error) {
 	seconds := delayBucket(d)
 	name := delayQueueName(queue, seconds)
 	if _, ok := p.declared.Load(name); ok {
 		return name, nil
 	}
-	_, err := pc.ch.QueueDeclare(name, true, false, false, false, amqp.Table{
+	args := amqp.Table{
 		"x-message-ttl":             int64(seconds) * 1000,
 		"x-dead-letter-exchange":    "",
 		"x-dead-letter-routing-key": queue,
-	})
+	}
+	if qt == QueueQuorum {
+		args["x-queue-type"] = string(QueueQuorum)
+	}
+	_, err := pc.ch.QueueDeclare(name, true, false, false, false, args)
 	if err != nil {
 		pc.dirty = true // a failed declare closes the channel
 		return "", fmt.Errorf("declare delay queue %s: %w", name, err)

@@ -18,10 +18,10 @@ import (
 // A nack with a delay never holds its queue: the consumer gets the next
 // message at once, and the nacked one comes back after the delay (kept by a
 // delay queue of the broker's, not by a sleeping consumer), counted. On both
-// queue types.
+// queue types; a quorum queue's delay queue is a quorum queue too.
 func TestNackDelayIsKeptByTheBroker(t *testing.T) {
 	t.Parallel()
-	amqpURL, _ := newVhost(t)
+	amqpURL, vhost := newVhost(t)
 	for _, qt := range queueTypes {
 		t.Run(string(qt), func(t *testing.T) {
 			t.Parallel()
@@ -50,6 +50,7 @@ func TestNackDelayIsKeptByTheBroker(t *testing.T) {
 			assert.GreaterOrEqual(t, time.Since(nackedAt), 2*time.Second, "back after its delay")
 			assert.Equal(t, "1", again.Metadata.Get(metadata.AttemptKey), "the delayed redelivery counts")
 			require.True(t, again.Ack())
+			assert.Contains(t, rabbitmqctl(t, "list_queues", "-p", vhost, "name", "type"), topic+".eventpipe-delay-2s\t"+string(qt))
 		})
 	}
 }

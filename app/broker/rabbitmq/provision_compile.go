@@ -11,6 +11,8 @@ package rabbitmq
 //	queue.type classic|quorum   classic: no x-queue-type argument (as DurableQueues
 //	                            declares, and as queues made by other tools are);
 //	                            quorum: x-queue-type=quorum
+//	                            (rabbitmq.queue_type may make every queue of one
+//	                            type: app.DeployedTopology, decision 0015)
 //	queue.max_receives          quorum: x-delivery-limit = max_receives. Classic
 //	                            queues have no delivery limit in RabbitMQ 3.10: the
 //	                            limit is left to the guarantees middleware (the
@@ -162,6 +164,9 @@ func NativeGaps(t topology.Topology) []string {
 		if q.MaxReceives > 0 && q.Type != topology.Quorum {
 			add("max_receives %d: classic queues have no delivery limit; enforced by the guarantees middleware (x-attempt), declare type: quorum to have RabbitMQ enforce it", q.MaxReceives)
 		}
+		if q.Type == topology.Quorum && q.DeadLetter == nil {
+			add("quorum without a dead-letter exchange: RabbitMQ 4 drops a message delivered more than 20 times (its default delivery limit), `eventpipe dlq peek` included (each peek is a delivery); RabbitMQ 3.x has no default limit")
+		}
 		if q.VisibilityTimeout > 0 {
 			add("visibility_timeout %s: enforced as the handler timeout by the middleware (RabbitMQ's consumer_timeout is node-wide)", q.VisibilityTimeout)
 		}
@@ -174,14 +179,20 @@ func NativeGaps(t topology.Topology) []string {
 		if q.Encryption != "" {
 			add("encryption %s: SQS-only; on RabbitMQ use TLS and encrypted disks", q.Encryption)
 		}
-		if q.BatchSize > 0 {
+		if q.BatchSize > 0 && !q.FIFO {
 			add("batch_size %d: the subscriber's prefetch, not a queue argument", q.BatchSize)
+		}
+		if q.BatchSize > 0 && q.FIFO {
+			add("batch_size %d: not applied, a FIFO queue is consumed with prefetch 1 (a crash then charges only the message in hand)", q.BatchSize)
 		}
 		if q.ContentBasedDedup {
 			add("content_based_dedup: no broker-side dedup; consumers deduplicate by message id")
 		}
 		if q.FIFO {
 			add("fifo: single active consumer, one order for the whole queue (SQS orders per message group)")
+			if q.Type != topology.Quorum && q.MaxReceives > 0 {
+				add("fifo on a classic queue: a consumer's crashes are counted in the PostgreSQL attempt ledger (serve needs postgres.dsn), or not at all; type quorum counts them natively")
+			}
 		}
 	}
 	return out

@@ -33,14 +33,16 @@
 //     that cannot come, and Close does not wait for a broker that no longer
 //     reads.
 //   - Attempts are counted by the broker on quorum queues and by eventpipe on
-//     classic queues, crashes included, and a publisher's x-attempt is never
-//     trusted (see attempts.go and decision 0010).
+//     classic queues, crashes included — on ordered classic queues in an
+//     AttemptLedger, which keeps the queue's order — and a publisher's
+//     x-attempt is never trusted (see attempts.go, decisions 0010 and 0016).
 package rabbitmq
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -110,6 +112,14 @@ type Config struct {
 	// Topology maps topics to exchanges and queues and declares them. Nil
 	// means DurableQueues{Type: QueueType}.
 	Topology Topology
+
+	// AttemptLedger, when set, counts the crash redeliveries of ordered
+	// classic queues (Orderer), whose redeliveries cannot be counted by a
+	// republished copy without reordering them (attempts.go). It must be
+	// durable (a database): it has to outlive the consumer that crashed.
+	// Without one, a message that kills its consumer every time is
+	// redelivered forever on such a queue; a quorum queue needs none.
+	AttemptLedger AttemptLedger
 
 	// ReconnectInitialInterval is the first pause before connecting again,
 	// at start or after the connection drops; the pause grows by half each
@@ -423,9 +433,17 @@ func (p *PubSub) consumeOnce(ctx context.Context, topic string, out chan<- *mess
 	defer func() { _ = ch.Close() }()
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
 
+	isOrdered := ordered(p.topology, topic)
 	prefetch := p.cfg.Prefetch
 	if n, ok := p.cfg.QueuePrefetch[p.topology.Queue(topic)]; ok {
 		prefetch = n
+	}
+	if isOrdered {
+		// An ordered queue is handled one message at a time anyway; a
+		// message prefetched behind the one in hand would come back flagged
+		// (and, on a quorum queue, counted) every time that one crashes its
+		// consumer, and be dead-lettered for crashes it never caused.
+		prefetch = 1
 	}
 	if err := ch.Qos(prefetch, 0, false); err != nil {
 		return false, fmt.Errorf("set prefetch: %w", err)
@@ -435,7 +453,7 @@ func (p *PubSub) consumeOnce(ctx context.Context, topic string, out chan<- *mess
 	if err := p.topology.Declare(ch, topic); err != nil {
 		return false, err
 	}
-	src := source{queue: p.topology.Queue(topic), typ: typeOfQueue(p.topology, topic), ordered: ordered(p.topology, topic), ch: ch, prefetch: prefetch}
+	src := source{queue: p.topology.Queue(topic), typ: typeOfQueue(p.topology, topic), ordered: isOrdered, ch: ch, prefetch: prefetch}
 	deliveries, err := ch.Consume(src.queue, "", false, false, false, false, nil)
 	if err != nil {
 		return false, fmt.Errorf("consume: %w", err)
@@ -494,9 +512,18 @@ func (p *PubSub) deliver(ctx context.Context, src source, d amqp.Delivery, out c
 		msg.Metadata.Set(wamqp.MetadataRedeliveredKey, "true")
 	}
 	setAttempt(msg, d, src.typ)
-	if d.Redelivered && src.typ != QueueQuorum && !src.ordered {
-		if done, err := p.recount(ctx, src, d, msg); done || err != nil {
-			return err
+	attempt := attemptOf(d, src.typ)
+	// ledgered: this delivery's crashes are in the attempt ledger, whose
+	// row goes once the delivery is settled.
+	ledgered := false
+	if d.Redelivered && src.typ != QueueQuorum {
+		if !src.ordered {
+			if done, err := p.recount(ctx, src, d, msg); done || err != nil {
+				return err
+			}
+		} else if n, ok := p.countCrash(ctx, src, d, msg); ok {
+			attempt, ledgered = n, true
+			msg.Metadata.Set(metadata.AttemptKey, strconv.Itoa(attempt))
 		}
 	}
 	msgCtx, cancel := context.WithCancel(ctx)
@@ -522,8 +549,11 @@ func (p *PubSub) deliver(ctx context.Context, src source, d amqp.Delivery, out c
 		if err := d.Ack(false); err != nil {
 			return fmt.Errorf("ack %s: %w", msg.UUID, err)
 		}
+		if ledgered {
+			p.forgetCrashes(src, d, msg)
+		}
 	case <-msg.Nacked():
-		if err := p.settleNack(ctx, src, d, msg); err != nil {
+		if err := p.settleNack(ctx, src, d, msg, attempt, ledgered); err != nil {
 			return err
 		}
 	case <-p.closeCtx.Done():
@@ -536,19 +566,24 @@ func (p *PubSub) deliver(ctx context.Context, src source, d amqp.Delivery, out c
 	return nil
 }
 
-// settleNack gives a nacked delivery back to its queue: natively on a quorum
-// queue, which counts it, as a counted copy on a classic queue, for a message
-// without message_id, whose id only a copy can keep (attempts.go), and for a
-// nack with a delay, which only a copy can wait out (delay.go).
-func (p *PubSub) settleNack(ctx context.Context, src source, d amqp.Delivery, msg *message.Message) error {
+// settleNack gives a nacked delivery, of attempt earlier attempts, back to
+// its queue: natively on a quorum queue, which counts it, as a counted copy
+// on a classic queue, for a message without message_id, whose id only a copy
+// can keep (attempts.go), and for a nack with a delay, which only a copy can
+// wait out (delay.go). A copy carries the whole count, so the delivery's row
+// in the attempt ledger (ledgered) goes once the copy is in.
+func (p *PubSub) settleNack(ctx context.Context, src source, d amqp.Delivery, msg *message.Message, attempt int, ledgered bool) error {
 	delay := metadata.NackDelay(msg)
 	if src.typ != QueueQuorum || d.MessageId == "" || delay > 0 {
-		err := p.republish(ctx, src.queue, d, msg, attemptOf(d, src.typ)+1, delay)
+		err := p.republish(ctx, src, d, msg, attempt+1, delay)
 		if err == nil {
 			if err := errors.Join(d.Ack(false), src.ackBarrier()); err != nil {
 				// The copy is in the queue; the original comes back too once
 				// the channel closes: a duplicate, which consumers absorb.
 				return fmt.Errorf("ack %s after its counted redelivery: %w", msg.UUID, err)
+			}
+			if ledgered {
+				p.forgetCrashes(src, d, msg)
 			}
 			return nil
 		}

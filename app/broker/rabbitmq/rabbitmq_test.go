@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/broker/brokertest"
 	"github.com/eventpipe/eventpipe/app/broker/rabbitmq"
 	"github.com/eventpipe/eventpipe/app/metadata"
+	"github.com/eventpipe/eventpipe/app/topology"
 )
 
 // The features are those watermill-amqp claims for its own durable-queue
@@ -529,4 +531,54 @@ func closedPort(t *testing.T) string {
 	addr := l.Addr().String()
 	require.NoError(t, l.Close())
 	return addr
+}
+
+// The booking spec's FIFO queue declared quorum (rabbitmq.queue_type: quorum)
+// counts a message that fails every time natively: each nack is a requeue
+// the broker counts in x-delivery-count, no copy is republished, and once
+// the count passes max_receives (x-delivery-limit) the broker dead-letters it
+// to the queue's DLQ through its dead-letter exchange.
+func TestQuorumDeliveryLimitDeadLetters(t *testing.T) {
+	t.Parallel()
+	amqpURL, _ := newVhost(t)
+	spec, err := topology.Load("../../../config/topology/booking.yaml")
+	require.NoError(t, err)
+	top, err := spec.WithQueueType(topology.Quorum)
+	require.NoError(t, err)
+	declared, err := rabbitmq.NewDeclared(top, nil)
+	require.NoError(t, err)
+	queue, dlq := top.Queues[0].Name, top.Queues[0].DeadLetter.Queue
+	limit := top.Queues[0].MaxReceives
+	require.Equal(t, 5, limit)
+	ps := newPubSub(t, amqpURL, func(c *rabbitmq.Config) { c.Topology = declared })
+	assert.Equal(t, rabbitmq.QueueQuorum, declared.QueueType(queue))
+
+	sent := message.NewMessage(watermill.NewUUID(), []byte(`{"fails":"always"}`))
+	require.NoError(t, ps.Publish(queue, sent))
+	msgs, err := ps.Subscribe(context.Background(), queue)
+	require.NoError(t, err)
+	// RabbitMQ 3.10 dead-letters once the count exceeds the limit: one
+	// delivery more than max_receives (eventpipe's middleware dead-letters
+	// with its reason at max_receives, before the broker has to).
+	for attempt := 0; attempt <= limit; attempt++ {
+		got := brokertest.Next(t, msgs, 30*time.Second)
+		require.Equal(t, sent.UUID, got.UUID)
+		assert.Equal(t, strconv.Itoa(attempt), got.Metadata.Get(metadata.AttemptKey))
+		assert.NotContains(t, got.Metadata, "x-eventpipe-attempt", "a native requeue, not a copy")
+		if attempt > 0 {
+			assert.Equal(t, strconv.Itoa(attempt), got.Metadata.Get("x-delivery-count"), "counted by the broker")
+		}
+		require.True(t, got.Nack())
+	}
+
+	dead := receiveOne(t, ps, dlq)
+	assert.Equal(t, sent.UUID, dead.UUID)
+	var deaths []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(dead.Metadata.Get("x-death")), &deaths), "x-death: %q", dead.Metadata.Get("x-death"))
+	require.Len(t, deaths, 1)
+	assert.Equal(t, "delivery_limit", deaths[0]["reason"])
+	assert.Equal(t, queue, deaths[0]["queue"])
+	stats, err := ps.QueueStats(context.Background(), queue)
+	require.NoError(t, err)
+	assert.Zero(t, stats.Ready, "nothing left behind")
 }

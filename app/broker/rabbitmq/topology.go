@@ -39,10 +39,11 @@ type QueueTyper interface {
 }
 
 // Orderer is implemented by a Topology that knows which queues keep their
-// messages in order (a topology's FIFO queues). On such a classic queue the
-// subscriber hands a redelivery over in place instead of republishing a
-// counted copy to the back of the queue, which would put it behind the later
-// messages of its group (see attempts.go).
+// messages in order (a topology's FIFO queues). The subscriber consumes such
+// a queue with prefetch 1, and on a classic one hands a crash redelivery over
+// in place, counted in the AttemptLedger, instead of republishing a counted
+// copy to the back of the queue, which would put it behind the later messages
+// of its group (see attempts.go).
 type Orderer interface {
 	Ordered(topic string) bool
 }
