@@ -7,13 +7,16 @@
 // refused. Subscribe runs Config.Workers long-polling receivers, each asking
 // for Config.BatchSize messages, and hands every message of a batch out on its
 // own: an ack deletes it (acks that arrive together are deleted together with
-// DeleteMessageBatch; a failed delete is retried briefly), a nack leaves its visibility alone so that it comes
-// back after the queue's visibility timeout (Lambda semantics; a route's
-// explicit delay, metadata.ExplicitNackDelayKey, or Config.NackVisibility
-// changes it instead), and one nack never holds back or gives up the rest of
-// its batch. While a message is handed out and unsettled, a heartbeat extends
-// its visibility (ChangeMessageVisibilityBatch), so a handler may run longer
-// than the visibility timeout. Every message carries metadata.AttemptKey
+// DeleteMessageBatch; a failed delete is retried briefly), a nack leaves its
+// visibility alone so that it comes back after the queue's visibility timeout
+// (Lambda semantics; a route's explicit delay, metadata.ExplicitNackDelayKey,
+// or Config.NackVisibility changes it instead), and one nack never holds back
+// or gives up the rest of its batch — except on a FIFO queue, where a group's
+// messages of one batch are handed out one at a time, in order, and those
+// after one that is not acked are released unhandled (see Subscribe). While a
+// message is received and unsettled, a heartbeat extends its visibility
+// (ChangeMessageVisibilityBatch), so a handler may run longer than the
+// visibility timeout. Every message carries metadata.AttemptKey
 // (x-attempt), ApproximateReceiveCount − 1, and a redelivered one
 // metadata.FirstFailureKey, from ApproximateFirstReceiveTimestamp: the start of
 // its first attempt (SQS records no failure time; the first receive is when

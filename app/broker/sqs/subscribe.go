@@ -3,6 +3,7 @@ package sqs
 import (
 	"context"
 	"fmt"
+	"path"
 	"strconv"
 	"sync"
 	"time"
@@ -13,12 +14,34 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/cenkalti/backoff/v5"
+
+	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
 // Subscribe returns the messages of topic's queue. Config.Workers receivers
 // long-poll the queue; every received message is handed out on its own, so a
 // consumer that handles messages concurrently (the Watermill router does) gets
-// a whole batch at once, and at most BatchSize×Workers are in flight.
+// a whole batch at once, and at most BatchSize×Workers are in flight
+// (received and not yet settled, whether handed out or waiting).
+//
+// A FIFO queue (its name ends in .fifo, which SQS requires of FIFO queues)
+// keeps each message group's order. SQS returns several messages of one group
+// in one receive, so within a batch a group's messages are handed out one at
+// a time, in order, the next only once the one before was acked; different
+// groups still run concurrently. When one is not acked — nacked (a handler
+// past its timeout included), not unmarshaled, or released at the end of the
+// subscription — the group's later messages of that batch are released
+// (visibility 0) without being handed out or counted as failed, and the one
+// that failed keeps the visibility its nack gives it, below; SQS then holds
+// the group until that message is visible again and delivers it first. A
+// message waiting its turn is extended by the heartbeat like one being
+// handled. The Config.Workers receivers need no coordination: SQS gives no
+// receiver any message of a group while one of the group is in flight ("FIFO
+// queue delivery logic", SQS Developer Guide), so one batch holds everything
+// of a group that is in flight. A MessageGroupId on a standard queue (a fair
+// queue) orders nothing. A released message still counts a receive at SQS:
+// one that waits behind a message that keeps failing spends receives toward
+// the redrive policy's maxReceiveCount, and its x-attempt counts them.
 //
 // Every message carries metadata.AttemptKey, the number of its earlier
 // deliveries (ApproximateReceiveCount − 1, so 0 on the first), and
@@ -95,9 +118,12 @@ func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.M
 		// handed out DrainTimeout to finish.
 		msgParent: context.WithoutCancel(ctx),
 		batchSize: p.cfg.batchSizeOf(topic),
-		slots:     make(chan struct{}, p.cfg.batchSizeOf(topic)*p.cfg.Workers),
-		settle:    make(chan settleRequest),
-		drained:   make(chan struct{}),
+		// SQS requires a FIFO queue's name to end in .fifo, and the name is
+		// the last segment of the queue's URL.
+		fifo:    isFIFO(path.Base(queueURL)),
+		slots:   make(chan struct{}, p.cfg.batchSizeOf(topic)*p.cfg.Workers),
+		settle:  make(chan settleRequest),
+		drained: make(chan struct{}),
 	}
 	s.heartbeat = newHeartbeat(s, visibility)
 	s.stop, s.stopNow = context.WithCancel(ctx)
@@ -115,6 +141,9 @@ type subscription struct {
 	out      chan *message.Message
 	// batchSize is how many messages one receive asks for on this queue.
 	batchSize int
+	// fifo: the queue is a FIFO queue, whose messages of one group are
+	// handed out one at a time, in order.
+	fifo bool
 
 	// stop ends intake: no new receive starts, nothing more is handed out.
 	stop      context.Context
@@ -219,9 +248,7 @@ func (s *subscription) receiveLoop() {
 			continue
 		}
 		retry.Reset()
-		for i := range msgs {
-			s.dispatch(&msgs[i], received)
-		}
+		s.dispatch(msgs, received)
 	}
 }
 
@@ -314,24 +341,72 @@ func (s *subscription) receive(n int) ([]types.Message, time.Time, error) {
 	return out.Messages, received, nil
 }
 
-// dispatch hands one received message to a delivery goroutine, which owns its
-// slot from here on.
-func (s *subscription) dispatch(m *types.Message, received time.Time) {
-	id := aws.ToString(m.MessageId)
-	handle := aws.ToString(m.ReceiptHandle)
-	if s.stop.Err() != nil {
-		s.settleOne(settleRequest{receiptHandle: handle, messageID: id, visibility: 0})
-		s.releaseSlots(1)
-		return
+// dispatch hands the messages of one receive out; each owns its slot from
+// here on. On a FIFO queue, the messages of one group in the batch go to one
+// goroutine, in batch order (see deliverInOrder); every other message goes on
+// its own, so a batch is handled concurrently.
+//
+// That a batch is the whole of what must be kept in order follows from SQS:
+// it returns as many messages of one group as it can in one receive, and
+// none of a group to any receive — this subscription's other workers
+// included — while a message of that group is in flight. So no two batches
+// in flight hold the same group, as long as a message waiting its turn stays
+// in flight: prepare starts its heartbeat at once.
+func (s *subscription) dispatch(msgs []types.Message, received time.Time) {
+	for _, run := range s.runs(msgs) {
+		ds := make([]delivery, len(run))
+		for i, m := range run {
+			ds[i] = s.prepare(m, received)
+		}
+		s.deliveries.Add(1)
+		go s.deliverInOrder(ds)
 	}
+}
+
+// runs splits a received batch into what is handed out in order: on a FIFO
+// queue, the messages of each group in batch order (SQS's order within the
+// group); otherwise each message alone. A group id on a standard queue (SQS
+// fair queues) orders nothing.
+func (s *subscription) runs(msgs []types.Message) [][]*types.Message {
+	runs := make([][]*types.Message, 0, len(msgs))
+	groupRun := map[string]int{}
+	for i := range msgs {
+		m := &msgs[i]
+		group := m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)]
+		if !s.fifo || group == "" {
+			runs = append(runs, []*types.Message{m})
+			continue
+		}
+		if at, ok := groupRun[group]; ok {
+			runs[at] = append(runs[at], m)
+			continue
+		}
+		groupRun[group] = len(runs)
+		runs = append(runs, []*types.Message{m})
+	}
+	return runs
+}
+
+// delivery is one received message on its way to the application.
+type delivery struct {
+	id, handle string
+	// msg is nil when the message could not be unmarshaled.
+	msg    *message.Message
+	cancel context.CancelFunc
+}
+
+// prepare unmarshals a received message and starts extending its
+// visibility: from its receive on, waiting or handled, it is ours until it is
+// settled or released.
+func (s *subscription) prepare(m *types.Message, received time.Time) delivery {
+	d := delivery{id: aws.ToString(m.MessageId), handle: aws.ToString(m.ReceiptHandle)}
 	msg, err := s.p.cfg.Unmarshaler.Unmarshal(m)
 	if err != nil || msg == nil {
 		// Left invisible: it comes back after the visibility timeout, and the
 		// redrive policy dead-letters it after maxReceiveCount. Releasing it
 		// now would only spin on it.
-		s.p.logger.Error("Cannot unmarshal SQS message, leaving it for redelivery", err, s.fields(watermill.LogFields{"message_id": id}))
-		s.releaseSlots(1)
-		return
+		s.p.logger.Error("Cannot unmarshal SQS message, leaving it for redelivery", err, s.fields(watermill.LogFields{"message_id": d.id}))
+		return d
 	}
 	if msg.Metadata == nil {
 		msg.Metadata = message.Metadata{}
@@ -341,38 +416,65 @@ func (s *subscription) dispatch(m *types.Message, received time.Time) {
 	setDeliveryMetadata(msg.Metadata, m.Attributes)
 	ctx, cancel := context.WithCancel(s.msgParent)
 	msg.SetContext(ctx)
-	s.heartbeat.track(handle, id, received)
-	s.deliveries.Add(1)
-	go s.deliver(msg, id, handle, cancel)
+	d.msg, d.cancel = msg, cancel
+	s.heartbeat.track(d.handle, d.id, received)
+	return d
 }
 
-func (s *subscription) deliver(msg *message.Message, id, handle string, cancel context.CancelFunc) {
+// deliverInOrder hands ds out one at a time, each only after the one before
+// was acked. Once one is not acked (nacked, as a handler past its timeout
+// is; not unmarshaled; or released at the stop or the end of the drain), the
+// rest are released untouched, neither handled nor counted as failed:
+// handled, they would overtake it; held, they would keep their group in
+// flight and so keep the failed one from coming back. It keeps the
+// visibility its own outcome gave it, and SQS delivers the group again from
+// it.
+func (s *subscription) deliverInOrder(ds []delivery) {
 	defer s.deliveries.Done()
-	defer s.releaseSlots(1)
-	defer cancel()
-
-	select {
-	case s.out <- msg:
-	case <-s.stop.Done():
-		s.heartbeat.untrack(handle)
-		s.settleOne(settleRequest{receiptHandle: handle, messageID: id, visibility: 0})
+	for i, d := range ds {
+		if s.deliver(d) {
+			continue
+		}
+		for _, rest := range ds[i+1:] {
+			s.releaseUntouched(rest)
+		}
 		return
 	}
+}
+
+// deliver hands d out and settles it; it reports whether it was acked.
+func (s *subscription) deliver(d delivery) (acked bool) {
+	defer s.releaseSlots(1)
+	if d.msg == nil {
+		return false // logged by prepare, left for the redrive policy
+	}
+	defer d.cancel()
+	if s.stop.Err() != nil {
+		s.release(d)
+		return false
+	}
+	select {
+	case s.out <- d.msg:
+	case <-s.stop.Done():
+		s.release(d)
+		return false
+	}
 
 	select {
-	case <-msg.Acked():
-	case <-msg.Nacked():
+	case <-d.msg.Acked():
+	case <-d.msg.Nacked():
 	case <-s.drained:
 	}
-	visibleAt := s.heartbeat.untrack(handle)
+	visibleAt := s.heartbeat.untrack(d.handle)
 	switch {
-	case isDone(msg.Acked()):
-		s.settleOne(settleRequest{receiptHandle: handle, messageID: id, delete: true, visibleAt: visibleAt})
-	case isDone(msg.Nacked()):
+	case isDone(d.msg.Acked()):
+		s.settleOne(settleRequest{receiptHandle: d.handle, messageID: d.id, delete: true, visibleAt: visibleAt})
+		return true
+	case isDone(d.msg.Nacked()):
 		// Without a change the message comes back when the visibility timeout
 		// the receive or the last heartbeat set runs out: the queue's timing.
-		if visibility, change := nackVisibility(msg, s.p.cfg.NackVisibility); change {
-			s.settleOne(settleRequest{receiptHandle: handle, messageID: id, visibility: visibility})
+		if visibility, change := nackVisibility(d.msg, s.p.cfg.NackVisibility); change {
+			s.settleOne(settleRequest{receiptHandle: d.handle, messageID: d.id, visibility: visibility})
 		}
 	default:
 		// Neither acked nor nacked by the end of the drain: released, so that
@@ -382,9 +484,31 @@ func (s *subscription) deliver(msg *message.Message, id, handle string, cancel c
 		// at-least-once delivery and the dedupe in the handler's transaction
 		// already allow for.
 		s.p.logger.Info("SQS message not acked or nacked within the drain timeout, releasing it",
-			s.fields(watermill.LogFields{"message_id": id, "message_uuid": msg.UUID}))
-		s.settleOne(settleRequest{receiptHandle: handle, messageID: id, visibility: 0})
+			s.fields(watermill.LogFields{"message_id": d.id, "message_uuid": d.msg.UUID}))
+		s.release(d)
 	}
+	return false
+}
+
+// releaseUntouched gives back a message that waited behind one of its group
+// that was not acked: released, never handed out. One that could not be
+// unmarshaled stays as it is, as it would have in its turn.
+func (s *subscription) releaseUntouched(d delivery) {
+	defer s.releaseSlots(1)
+	if d.msg == nil {
+		return
+	}
+	d.cancel()
+	s.p.logger.Info("SQS message released unhandled: an earlier message of its group in the same batch was not acked",
+		s.fields(watermill.LogFields{"message_id": d.id, "message_uuid": d.msg.UUID, "group_id": d.msg.Metadata.Get(metadata.GroupIDKey)}))
+	s.release(d)
+}
+
+// release makes a received message visible again at once: for another
+// consumer now rather than after the visibility timeout.
+func (s *subscription) release(d delivery) {
+	s.heartbeat.untrack(d.handle)
+	s.settleOne(settleRequest{receiptHandle: d.handle, messageID: d.id, visibility: 0})
 }
 
 func isDone(c <-chan struct{}) bool {
