@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,23 +25,29 @@ import (
 // the result it reads, and how each failure is classed.
 func TestHTTPGenerator(t *testing.T) {
 	t.Parallel()
-	var got struct {
-		method, path, auth, ctype string
-		body                      map[string]any
-	}
-	status, reply, retryAfter := http.StatusOK, `{"jobId":"job-9","total":12}`, ""
-	delay := time.Duration(0)
+	var (
+		mu  sync.Mutex
+		got struct {
+			method, path, auth, ctype string
+			body                      map[string]any
+		}
+		status, reply, retryAfter = http.StatusOK, `{"jobId":"job-9","total":12}`, ""
+		delay                     time.Duration
+	)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got.method, got.path, got.auth, got.ctype = r.Method, r.URL.Path, r.Header.Get("Authorization"), r.Header.Get("Content-Type")
 		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got.method, got.path, got.auth, got.ctype = r.Method, r.URL.Path, r.Header.Get("Authorization"), r.Header.Get("Content-Type")
 		got.body = nil
 		_ = json.Unmarshal(b, &got.body)
-		time.Sleep(delay)
-		if retryAfter != "" {
-			w.Header().Set("Retry-After", retryAfter)
+		st, rep, ra, d := status, reply, retryAfter, delay
+		mu.Unlock()
+		time.Sleep(d)
+		if ra != "" {
+			w.Header().Set("Retry-After", ra)
 		}
-		w.WriteHeader(status)
-		_, _ = io.WriteString(w, reply)
+		w.WriteHeader(st)
+		_, _ = io.WriteString(w, rep)
 	}))
 	t.Cleanup(srv.Close)
 	g := &joinlink.HTTPGenerator{URL: srv.URL + "/internal/online-session/bulk-register", Token: "s3cret", Timeout: 500 * time.Millisecond}
@@ -49,15 +56,19 @@ func TestHTTPGenerator(t *testing.T) {
 	res, err := g.BulkRegister(ctx, joinlink.BulkRequest{SessionID: 42, Role: "attendee", BatchSize: 100}, 7)
 	require.NoError(t, err)
 	assert.Equal(t, joinlink.BulkResult{JobID: "job-9", Total: 12}, res)
+	mu.Lock()
 	assert.Equal(t, http.MethodPost, got.method)
 	assert.Equal(t, "/internal/online-session/bulk-register", got.path)
 	assert.Equal(t, "Bearer s3cret", got.auth)
 	assert.Equal(t, "application/json", got.ctype)
 	assert.Equal(t, map[string]any{"sessionId": float64(42), "role": "attendee", "batchSize": float64(100), "actorUserId": float64(7)}, got.body)
+	mu.Unlock()
 
 	_, err = g.BulkRegister(ctx, joinlink.BulkRequest{SessionID: 43}, 0)
 	require.NoError(t, err)
+	mu.Lock()
 	assert.Equal(t, map[string]any{"sessionId": float64(43)}, got.body, "defaults and no actor are left out")
+	mu.Unlock()
 
 	for name, c := range map[string]struct {
 		status     int
@@ -76,7 +87,9 @@ func TestHTTPGenerator(t *testing.T) {
 		"200 without a result": {status: 200, reply: `{"ok":true}`, class: failure.Permanent},
 		"200 that is not JSON": {status: 200, reply: `<html>`, class: failure.Permanent},
 	} {
+		mu.Lock()
 		status, reply, retryAfter, delay = c.status, c.reply, c.retryAfter, c.delay
+		mu.Unlock()
 		_, err := g.BulkRegister(ctx, joinlink.BulkRequest{SessionID: 44}, 0)
 		require.Error(t, err, name)
 		assert.Equal(t, c.class, failure.Of(err), "%s: %v", name, err)
