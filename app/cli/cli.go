@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/eventpipe/eventpipe/app"
@@ -74,6 +75,10 @@ EVENTPIPE_* environment variables; switch brokers with EVENTPIPE_BROKER.`,
 	root.AddCommand(app.Commands(spec.CommandEnv{
 		Load:   e.load,
 		Getenv: func(name string) string { return lookup(environ, name) },
+		WithDB: func(ctx context.Context, f func(ctx context.Context, pool *pgxpool.Pool, schema string) error) error {
+			var schema string
+			return e.withDB(ctx, &schema, func(ctx context.Context, pool *pgxpool.Pool) error { return f(ctx, pool, schema) })
+		},
 	})...)
 
 	err := root.ExecuteContext(ctx)

@@ -147,6 +147,9 @@ type CommandEnv struct {
 	Load func() (config.Config, error)
 	// Getenv reads the command's environment.
 	Getenv func(name string) string
+	// WithDB runs f with a pool on postgres.dsn and the schema
+	// (postgres.schema) checked; without a DSN it is a usage error.
+	WithDB func(ctx context.Context, f func(ctx context.Context, pool *pgxpool.Pool, schema string) error) error
 }
 
 // UsageError marks an error of a module's command that is the caller's

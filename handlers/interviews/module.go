@@ -20,6 +20,7 @@ var Module = spec.Module{
 	Topology: "interviews",
 	Catalog:  func() route.Set { return Handlers{}.Routes() },
 	Build:    build,
+	Commands: commands,
 }
 
 // build builds the spec. The store is PostgreSQL when the service has

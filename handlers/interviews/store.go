@@ -48,6 +48,9 @@ var (
 	ErrInsufficientCredits = errors.New("insufficient credits")
 	// ErrExists: a seeded row already exists.
 	ErrExists = errors.New("already exists")
+	// ErrReportNotFailed: a retry asked for a report that is not FAILED
+	// (or has none).
+	ErrReportNotFailed = errors.New("report is not FAILED")
 )
 
 // Organization is an organisation's credit balances.
@@ -241,6 +244,11 @@ type Store interface {
 	// but COMPLETED) when attemptCount is 0, or after a failed generation
 	// when the report is still PROCESSING at attemptCount.
 	FailReport(ctx context.Context, interviewID string, attemptCount int, reason string) error
+	// ResetFailedReport is the operator's retry: a FAILED report goes back
+	// to NOT_STARTED with its attempts and error cleared, so that the next
+	// report.generate starts a fresh budget. It returns the report as it
+	// was; any other status (or no report) is ErrReportNotFailed.
+	ResetFailedReport(ctx context.Context, interviewID string) (Report, error)
 
 	// CreateOrganization adds an organisation with no credits.
 	CreateOrganization(ctx context.Context, o Organization) error

@@ -175,6 +175,22 @@ func (m *Memory) FailReport(_ context.Context, interviewID string, attemptCount 
 	return nil
 }
 
+// ResetFailedReport implements Store.
+func (m *Memory) ResetFailedReport(_ context.Context, interviewID string) (Report, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.reports[interviewID]
+	if !ok {
+		return Report{}, fmt.Errorf("report of interview %s: none: %w", interviewID, ErrReportNotFailed)
+	}
+	if r.Status != ReportFailed {
+		return Report{}, fmt.Errorf("report of interview %s is %s: %w", interviewID, r.Status, ErrReportNotFailed)
+	}
+	was := *r
+	r.Status, r.AttemptCount, r.LastError, r.ClaimedAt = ReportNotStarted, 0, "", nil
+	return was, nil
+}
+
 // CreateOrganization implements Store.
 func (m *Memory) CreateOrganization(_ context.Context, o Organization) error {
 	m.mu.Lock()

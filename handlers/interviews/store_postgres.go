@@ -307,6 +307,32 @@ func (p *Postgres) FailReport(ctx context.Context, interviewID string, attemptCo
 	return nil
 }
 
+// ResetFailedReport implements Store: one conditional UPDATE, whose old row
+// is read in the same statement.
+func (p *Postgres) ResetFailedReport(ctx context.Context, interviewID string) (Report, error) {
+	q := dbtx.Q(ctx, p.pool)
+	was, err := scanReport(q.QueryRow(ctx, `WITH old AS (
+			SELECT `+reportColumns+` FROM `+p.t("interview_reports")+` WHERE interview_id = $1 AND status = 'FAILED' FOR UPDATE)
+		UPDATE `+p.t("interview_reports")+` r SET status = 'NOT_STARTED', attempt_count = 0, last_error = NULL, claimed_at = NULL, updated_at = now()
+		FROM old WHERE r.interview_id = $1
+		RETURNING old.*`, interviewID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		r, ok, lerr := p.LoadReport(ctx, interviewID)
+		switch {
+		case lerr != nil:
+			return Report{}, lerr
+		case !ok:
+			return Report{}, fmt.Errorf("report of interview %s: none: %w", interviewID, ErrReportNotFailed)
+		default:
+			return Report{}, fmt.Errorf("report of interview %s is %s: %w", interviewID, r.Status, ErrReportNotFailed)
+		}
+	}
+	if err != nil {
+		return Report{}, fmt.Errorf("retry report %s: %w", interviewID, err)
+	}
+	return was, nil
+}
+
 // CreateOrganization implements Store.
 func (p *Postgres) CreateOrganization(ctx context.Context, o Organization) error {
 	_, err := dbtx.Q(ctx, p.pool).Exec(ctx, `INSERT INTO `+p.t("organizations")+` (id, name) VALUES ($1, $2)`, o.ID, o.Name)

@@ -45,6 +45,7 @@ func TestStore(t *testing.T) {
 		"refusals change nothing":                          testSettleRefusals,
 		"report lifecycle":                                 testReportLifecycle,
 		"stale claim is reclaimed":                         testStaleClaim,
+		"a failed report is reset for a retry":             testResetFailedReport,
 		"load interview is org-scoped, not deleted":        testLoadInterview,
 		"seeding": testSeeding,
 	}
@@ -430,4 +431,35 @@ func TestPostgresOutboxFollowUp(t *testing.T) {
 	require.NoError(t, err)
 	assert.Nil(t, iv.SettledAt, "rolled back with the outbox write")
 	assert.False(t, errors.Is(err, interviews.ErrUnknownInterview))
+}
+
+func testResetFailedReport(t *testing.T, s interviews.Store) {
+	ctx := context.Background()
+	org := interviews.Organization{ID: interviews.NewObjectID(), Name: "Acme"}
+	require.NoError(t, s.CreateOrganization(ctx, org))
+	id := interviews.NewObjectID()
+	require.NoError(t, s.CreateInterview(ctx, interviews.NewInterview{ID: id, OrganizationID: org.ID, Status: "COMPLETED", DurationSeconds: 60}))
+	_, err := s.ResetFailedReport(ctx, id)
+	require.ErrorIs(t, err, interviews.ErrReportNotFailed, "no report yet")
+	c, err := s.ClaimReport(ctx, org.ID, id, time.Hour)
+	require.NoError(t, err)
+	_, err = s.ResetFailedReport(ctx, id)
+	require.ErrorIs(t, err, interviews.ErrReportNotFailed, "PROCESSING is not retried")
+	require.NoError(t, s.FailReport(ctx, id, c.AttemptCount, "boom"))
+
+	was, err := s.ResetFailedReport(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, interviews.ReportFailed, was.Status)
+	assert.Equal(t, 1, was.AttemptCount)
+	assert.Equal(t, "boom", was.LastError)
+	assert.Equal(t, org.ID, was.OrganizationID)
+	now, ok, err := s.LoadReport(ctx, id)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, interviews.ReportNotStarted, now.Status)
+	assert.Zero(t, now.AttemptCount)
+	c, err = s.ClaimReport(ctx, org.ID, id, time.Hour)
+	require.NoError(t, err)
+	assert.True(t, c.Claimed, "claimable again")
+	assert.Equal(t, 1, c.AttemptCount, "a fresh budget")
 }
