@@ -565,6 +565,46 @@ func (s *stackupFlow) record(ctx context.Context, r *flowRun, correlationID stri
 
 // --- settle and count -------------------------------------------------------
 
+// deadReasons sums up the valid requests in the DLQs: by reason, and how
+// many of them never reached the model (no call for their session).
+func (s *stackupFlow) deadReasons(ctx context.Context, r *flowRun, dls []deadLetter, poison []string) string {
+	reasons := map[string]int{}
+	var ids []string
+	for _, d := range dls {
+		if slices.Contains(poison, d.ID) {
+			continue
+		}
+		ids = append(ids, d.ID)
+		reason := "no history"
+		if d.History != nil {
+			reason = d.History.Reason
+			if i := strings.Index(reason, ": inbox:"); i > 0 {
+				reason = reason[:i]
+			}
+			reason = truncate(reason, 120)
+		}
+		reasons[reason]++
+	}
+	never := 0
+	rows, err := r.sc.pool.Query(ctx, `SELECT session FROM `+r.sc.table("chaos_requests")+` WHERE id = ANY($1)`, ids)
+	if err == nil {
+		s.callsMu.Lock()
+		for rows.Next() {
+			var session int64
+			if rows.Scan(&session) == nil && s.calls[session] == 0 {
+				never++
+			}
+		}
+		s.callsMu.Unlock()
+		rows.Close()
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(reasons)) {
+		parts = append(parts, fmt.Sprintf("%q ×%d", k, reasons[k]))
+	}
+	return fmt.Sprintf("valid requests dead-lettered: %d distinct, %d of them never reached the model (no call); by reason: %s", len(ids), never, strings.Join(parts, ", "))
+}
+
 func (s *stackupFlow) answered(ctx context.Context, r *flowRun) (sent, answered int, err error) {
 	err = r.sc.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+r.sc.table("chaos_requests")+`),
 		(SELECT count(*) FROM `+r.sc.table("chaos_requests")+` q WHERE EXISTS (SELECT 1 FROM `+r.sc.table("chaos_callbacks")+` c WHERE c.correlation_id = q.id))`).Scan(&sent, &answered)
@@ -738,6 +778,7 @@ func (s *stackupFlow) count(ctx context.Context, r *flowRun, row *Row) []string 
 	}
 	if row.DeadOther > 0 {
 		ev = append(ev, "dead-lettered requests that were valid: "+strings.Join(deadSample(dls, poison, 5), "; "))
+		ev = append(ev, s.deadReasons(ctx, r, dls, poison))
 	}
 	if n := countLogMsg(r.dir, "duplicate delivery, acknowledged without effect"); n > 0 {
 		ev = append(ev, fmt.Sprintf("redeliveries and duplicates the inbox absorbed (duplicate delivery, acknowledged without effect): %d", n))
