@@ -784,7 +784,7 @@ func (s *stackupFlow) count(ctx context.Context, r *flowRun, row *Row) []string 
 		ev = append(ev, fmt.Sprintf("redeliveries and duplicates the inbox absorbed (duplicate delivery, acknowledged without effect): %d", n))
 	}
 	if n := len(grepLogs(r.dir, inbox.ErrLeased.Error(), 1_000_000)); n > 0 {
-		ev = append(ev, fmt.Sprintf("deliveries that found another worker's live lease and were retried later: %d log lines", n))
+		ev = append(ev, fmt.Sprintf("deliveries that met another worker's live lease (and waited for it): %d log lines", n))
 	}
 	return ev
 }
