@@ -67,7 +67,7 @@ bench-quick: ## the quick pass of `make bench`
 # `eventpipe serve` processes killed, SIGTERMed and cut off from their broker
 # while traffic flows, then every message counted; fails on a lost or
 # duplicated effect or an event out of order. CHAOS_QUICK=1: the quick pass
-# (under 10 minutes); CHAOS_BROKERS / CHAOS_FLOWS pick a subset;
+# (about 10 minutes); CHAOS_BROKERS / CHAOS_FLOWS / CHAOS_FAULTS pick a subset;
 # CHAOS_BROKER_RESTART=1 also restarts RabbitMQ and PostgreSQL (never while
 # others use them).
 CHAOS_TIMEOUT ?= 2h

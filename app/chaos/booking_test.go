@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -11,11 +10,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
-	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/eventpipe/eventpipe/app/broker/postgres"
 	"github.com/eventpipe/eventpipe/handlers/booking"
@@ -35,6 +30,12 @@ type bookingFlow struct {
 
 	mu   sync.Mutex
 	sent map[string]bool // event ids the broker confirmed
+	// confirmed lists the confirmed events, for the duplicates fault.
+	confirmed []bookingSent
+	// dupPub re-sends them (the duplicator's own client); dupN numbers
+	// the re-sends.
+	dupPub foreignPublisher
+	dupN   int
 	// poison are the ids the poison messages may carry in the DLQ.
 	poison []string
 
@@ -62,6 +63,9 @@ func (b *bookingFlow) start(ctx context.Context, r *flowRun) error {
 }
 
 func (b *bookingFlow) close() {
+	if b.dupPub != nil {
+		b.dupPub.close()
+	}
 	if b.pgBroker != nil {
 		_ = b.pgBroker.Close()
 	}
@@ -73,6 +77,50 @@ func (b *bookingFlow) faultKinds(r *flowRun) []string {
 		k = append(k, FaultDBCut)
 	}
 	return k
+}
+
+// bookingSent is one confirmed event: session k's event seq.
+type bookingSent struct{ session, seq int }
+
+// resend is the duplicates fault: n confirmed events, picked at random, are
+// published again with their eventId. On SQS each re-send gets a
+// MessageDeduplicationId of its own: one inside SQS's 5-minute window would
+// be dropped by SQS itself and test nothing of eventpipe (a producer
+// retrying after the window looks exactly like this).
+func (b *bookingFlow) resend(ctx context.Context, r *flowRun, n int) (int, error) {
+	if b.dupPub == nil {
+		pub, err := newForeignPublisher(r, b.pgBroker)
+		if err != nil {
+			return 0, err
+		}
+		b.dupPub = pub
+	}
+	b.mu.Lock()
+	picks := make([]bookingSent, 0, n)
+	for range n {
+		if len(b.confirmed) == 0 {
+			break
+		}
+		picks = append(picks, b.confirmed[r.randIntN(len(b.confirmed))])
+	}
+	b.mu.Unlock()
+	sent := 0
+	var last error
+	for _, p := range picks {
+		ev, body, err := b.event(p.session, p.seq)
+		if err != nil {
+			return sent, err
+		}
+		m := bookingMessage(ev.BookingSessionID, ev.EventID, body)
+		if r.kind == "sqs" {
+			b.dupN++
+			m.DedupID = fmt.Sprintf("dup-%d-%s", b.dupN, ev.EventID)
+		}
+		if _, ok := sendConfirmed(ctx, b.dupPub, bookingDest, m, func(err error) { last = err }); ok {
+			sent++
+		}
+	}
+	return sent, last
 }
 
 func (b *bookingFlow) session(k int) string { return fmt.Sprintf("chaos-%s-s%04d", b.runID, k) }
@@ -93,29 +141,13 @@ func (b *bookingFlow) event(k, i int) (booking.Event, []byte, error) {
 	return ev, body, err
 }
 
-// publisher is one producer goroutine's foreign client.
-type publisher interface {
-	// publish sends body for session group with id as message id /
-	// deduplication id; nil means the broker confirmed it.
-	publish(ctx context.Context, group, id string, body []byte) (brokerID string, err error)
-	close()
-}
+// dest is the booking queue, through the default exchange on RabbitMQ.
+var bookingDest = foreignDest{Queue: booking.Queue}
 
-func (b *bookingFlow) newPublisher(ctx context.Context, r *flowRun) (publisher, error) {
-	switch r.kind {
-	case "rabbitmq":
-		return &amqpPublisher{url: r.sc.amqpDirect}, nil
-	case "sqs":
-		c := sqsClient(r.sc.sqsEndpoint)
-		u, err := c.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(booking.Queue)})
-		if err != nil {
-			return nil, fmt.Errorf("queue url %s: %w", booking.Queue, err)
-		}
-		return &sqsPublisher{client: c, url: aws.ToString(u.QueueUrl)}, nil
-	case "postgres":
-		return &pgPublisher{ps: b.pgBroker}, nil
-	}
-	return nil, fmt.Errorf("unknown broker %q", r.kind)
+// message is event body's foreign message: its id as message id and
+// deduplication id, its session as the FIFO group.
+func bookingMessage(session, id string, body []byte) foreignMsg {
+	return foreignMsg{ID: id, Group: session, DedupID: id, Body: body}
 }
 
 // produce publishes round i of every session, then the poison, from
@@ -128,7 +160,7 @@ func (b *bookingFlow) produce(ctx context.Context, r *flowRun, until time.Time) 
 	var wg sync.WaitGroup
 	for g := range r.m.producers {
 		wg.Go(func() {
-			pub, err := b.newPublisher(ctx, r)
+			pub, err := newForeignPublisher(r, b.pgBroker)
 			if err != nil {
 				b.fail(err)
 				r.note("producer %d: %v", g, err)
@@ -145,9 +177,10 @@ func (b *bookingFlow) produce(ctx context.Context, r *flowRun, until time.Time) 
 						b.fail(err)
 						continue
 					}
-					if _, ok := b.send(ctx, pub, b.session(k), ev.EventID, body); ok {
+					if _, ok := sendConfirmed(ctx, pub, bookingDest, bookingMessage(b.session(k), ev.EventID, body), b.fail); ok {
 						b.mu.Lock()
 						b.sent[ev.EventID] = true
+						b.confirmed = append(b.confirmed, bookingSent{session: k, seq: i})
 						b.mu.Unlock()
 					}
 				}
@@ -160,7 +193,7 @@ func (b *bookingFlow) produce(ctx context.Context, r *flowRun, until time.Time) 
 	// every session waits behind it, so a poison sent earlier would keep
 	// the traffic from flowing while the faults are injected.
 	if r.m.bookingPoison > 0 {
-		if pub, err := b.newPublisher(ctx, r); err != nil {
+		if pub, err := newForeignPublisher(r, b.pgBroker); err != nil {
 			b.fail(err)
 		} else {
 			for i := range r.m.bookingPoison {
@@ -177,31 +210,14 @@ func (b *bookingFlow) produce(ctx context.Context, r *flowRun, until time.Time) 
 	}
 }
 
-// send publishes one message, retrying with the same id (bounded) until the
-// broker confirms it: a retry of an ambiguous failure is a duplicate the
-// consumer must absorb, never a reordering (the next event waits).
-func (b *bookingFlow) send(ctx context.Context, pub publisher, group, id string, body []byte) (string, bool) {
-	for attempt := 0; attempt < 30; attempt++ {
-		brokerID, err := pub.publish(ctx, group, id, body)
-		if err == nil {
-			return brokerID, true
-		}
-		b.fail(err)
-		if !sleep(ctx, time.Duration(min(200*(attempt+1), 2000))*time.Millisecond) {
-			break
-		}
-	}
-	return "", false
-}
-
 // publishPoison sends an event without eventId in a session of its own:
 // the consumer never synthesises one, so it fails until max and reaches
 // the DLQ after 5 attempts.
-func (b *bookingFlow) publishPoison(ctx context.Context, pub publisher, i int) {
+func (b *bookingFlow) publishPoison(ctx context.Context, pub foreignPublisher, i int) {
 	id := fmt.Sprintf("chaos-poison-%s-%d", b.runID, i)
 	body := fmt.Sprintf(`{"bookingSessionId":"chaos-%s-poison-%d","type":"step-completed","occurredAt":%q}`,
 		b.runID, i, b.base.Format("2006-01-02T15:04:05.000Z"))
-	brokerID, ok := b.send(ctx, pub, fmt.Sprintf("chaos-%s-poison-%d", b.runID, i), id, []byte(body))
+	brokerID, ok := sendConfirmed(ctx, pub, bookingDest, bookingMessage(fmt.Sprintf("chaos-%s-poison-%d", b.runID, i), id, []byte(body)), b.fail)
 	if !ok {
 		return
 	}
@@ -374,111 +390,3 @@ func (b *bookingFlow) count(ctx context.Context, r *flowRun, row *Row) []string 
 	}
 	return ev
 }
-
-// --- foreign publishers -----------------------------------------------------
-
-// amqpPublisher is raw amqp091-go: default exchange, routing key = the
-// queue, mandatory, persistent, confirms awaited per message.
-type amqpPublisher struct {
-	url     string
-	conn    *amqp.Connection
-	ch      *amqp.Channel
-	returns chan amqp.Return
-}
-
-func (p *amqpPublisher) connect() error {
-	p.close()
-	conn, err := amqp.DialConfig(p.url, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
-	if err != nil {
-		return err
-	}
-	ch, err := conn.Channel()
-	if err == nil {
-		err = ch.Confirm(false)
-	}
-	if err != nil {
-		_ = conn.Close()
-		return err
-	}
-	p.conn, p.ch = conn, ch
-	p.returns = ch.NotifyReturn(make(chan amqp.Return, 16))
-	return nil
-}
-
-func (p *amqpPublisher) publish(ctx context.Context, _, id string, body []byte) (string, error) {
-	if p.ch == nil || p.ch.IsClosed() {
-		if err := p.connect(); err != nil {
-			return "", err
-		}
-	}
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, "", booking.Queue, true, false, amqp.Publishing{
-		ContentType: "application/json", DeliveryMode: amqp.Persistent, MessageId: id, Timestamp: time.Now(), Body: body,
-	})
-	if err != nil {
-		p.close()
-		return "", err
-	}
-	ok, err := dc.WaitContext(ctx)
-	if err != nil {
-		p.close()
-		return "", err
-	}
-	// A return comes before the confirm: a mandatory message no queue took.
-	select {
-	case ret := <-p.returns:
-		return "", fmt.Errorf("returned %s: %d %s", ret.MessageId, ret.ReplyCode, ret.ReplyText)
-	default:
-	}
-	if !ok {
-		return "", errors.New("nacked by the broker")
-	}
-	return id, nil
-}
-
-func (p *amqpPublisher) close() {
-	if p.conn != nil {
-		_ = p.conn.Close()
-	}
-	p.conn, p.ch = nil, nil
-}
-
-// sqsPublisher is the AWS SDK: MessageGroupId = the session,
-// MessageDeduplicationId = the event id, no message attributes.
-type sqsPublisher struct {
-	client *awssqs.Client
-	url    string
-}
-
-func (p *sqsPublisher) publish(ctx context.Context, group, id string, body []byte) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	out, err := p.client.SendMessage(ctx, &awssqs.SendMessageInput{
-		QueueUrl: aws.String(p.url), MessageBody: aws.String(string(body)),
-		MessageGroupId: aws.String(group), MessageDeduplicationId: aws.String(id),
-	})
-	if err != nil {
-		return "", err
-	}
-	return aws.ToString(out.MessageId), nil
-}
-
-func (p *sqsPublisher) close() {}
-
-// pgPublisher is eventpipe's Postgres broker publisher, as the spec's
-// producer (booking.Message: x-group-id, x-dedup-id) would use it.
-type pgPublisher struct{ ps *postgres.PubSub }
-
-func (p *pgPublisher) publish(_ context.Context, group, id string, body []byte) (string, error) {
-	msg := message.NewMessage(id, body)
-	if ev, err := booking.Decode(body); err == nil && ev.EventID != "" {
-		if m, err := booking.Message(ev); err == nil {
-			msg = m
-		}
-	}
-	_ = group
-	return id, p.ps.Publish(booking.Queue, msg)
-}
-
-func (p *pgPublisher) close() {}

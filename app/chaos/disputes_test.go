@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/eventpipe/eventpipe/app/broker/postgres"
 	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/app/outbox"
 	"github.com/eventpipe/eventpipe/handlers/disputes"
@@ -32,6 +33,11 @@ type disputesFlow struct {
 	producerErrors atomic.Int64
 	mu             sync.Mutex
 	lastErr        error
+
+	// dupPub re-sends published events (the duplicates fault); pgBroker is
+	// its Postgres broker on the Postgres runs.
+	dupPub   foreignPublisher
+	pgBroker *postgres.PubSub
 }
 
 func (d *disputesFlow) title() string { return "disputes outbox" }
@@ -55,7 +61,68 @@ func (d *disputesFlow) faultKinds(r *flowRun) []string {
 	return k
 }
 
-func (d *disputesFlow) close() {}
+func (d *disputesFlow) close() {
+	if d.dupPub != nil {
+		d.dupPub.close()
+	}
+	if d.pgBroker != nil {
+		_ = d.pgBroker.Close()
+	}
+}
+
+// resend is the duplicates fault: n published outbox rows, picked at
+// random, are published again by a foreign client straight to
+// domain-events with their event id (message id, the event_id attribute /
+// header, the body's event_id) and trace id: what a relay that lost its
+// "published" mark, or a producer replaying its log, does.
+func (d *disputesFlow) resend(ctx context.Context, r *flowRun, n int) (int, error) {
+	if d.dupPub == nil {
+		if r.kind == "postgres" {
+			ps, err := postgres.New(ctx, postgres.Config{DSN: r.sc.pgDirect, Schema: r.sc.schema, AutoInitializeSchema: true}, watermill.NopLogger{})
+			if err != nil {
+				return 0, err
+			}
+			d.pgBroker = ps
+		}
+		pub, err := newForeignPublisher(r, d.pgBroker)
+		if err != nil {
+			return 0, err
+		}
+		d.dupPub = pub
+	}
+	rows, err := r.sc.pool.Query(ctx, `SELECT event_id, payload, coalesce(metadata->>'`+metadata.TraceIDKey+`', '')
+		FROM `+r.sc.table("outbox")+` WHERE published_at IS NOT NULL AND topic = $1 AND NOT (event_id = ANY($3)) ORDER BY random() LIMIT $2`,
+		disputes.DomainEventsQueue, n, append([]string{}, d.poison...))
+	if err != nil {
+		return 0, err
+	}
+	var msgs []foreignMsg
+	for rows.Next() {
+		var id, trace string
+		var body []byte
+		if err := rows.Scan(&id, &body, &trace); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		h := map[string]string{disputes.EventIDKey: id}
+		if trace != "" {
+			h[metadata.TraceIDKey] = trace
+		}
+		msgs = append(msgs, foreignMsg{ID: id, Body: body, Headers: h})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	sent := 0
+	var last error
+	for _, m := range msgs {
+		if _, ok := sendConfirmed(ctx, d.dupPub, foreignDest{Queue: disputes.DomainEventsQueue}, m, func(err error) { last = err }); ok {
+			sent++
+		}
+	}
+	return sent, last
+}
 
 // produce writes the poison events first, then m.disputes business changes
 // spread until until in bursts, from m.producers goroutines.

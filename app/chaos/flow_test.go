@@ -50,6 +50,20 @@ type flowSpec interface {
 	close()
 }
 
+// flowFaults is implemented by a flow with faults of its own (stackup's
+// slow-handler): inject injects kind and returns its detail, ok false when
+// kind is not the flow's.
+type flowFaults interface {
+	inject(ctx context.Context, r *flowRun, kind string) (detail string, ok bool)
+}
+
+// duplicator is implemented by a flow the duplicates fault can run on:
+// resend sends n already-confirmed messages again, with their original
+// ids, and returns how many the broker confirmed.
+type duplicator interface {
+	resend(ctx context.Context, r *flowRun, n int) (int, error)
+}
+
 // faultRecord is one injected fault.
 type faultRecord struct {
 	kind    string
@@ -60,9 +74,14 @@ type faultRecord struct {
 // flowRun is one flow on one broker: its scope on the services, its fault
 // proxies, its processes and what happened to them.
 type flowRun struct {
-	t    *testing.T
-	kind string
-	flow string
+	t *testing.T
+	// kind is the broker (rabbitmq, sqs, postgres), broker the
+	// CHAOS_BROKERS entry (rabbitmq-quorum is kind rabbitmq).
+	kind   string
+	broker brokerRun
+	flow   string
+	// only, when set, lists the fault kinds to inject (CHAOS_FAULTS).
+	only []string
 	spec flowSpec
 	m    mode
 	bin  string
@@ -86,15 +105,18 @@ type flowRun struct {
 	notes   []string
 	started time.Time
 	ended   time.Time
+	// dupSent counts the duplicates the duplicates fault sent.
+	dupSent int
 }
 
-func newFlowRun(t *testing.T, kind, flow string, spec flowSpec, m mode, bin, dir, sqsEndpoint string, keep bool, rng *rand.Rand) *flowRun {
+func newFlowRun(t *testing.T, b brokerRun, flow string, spec flowSpec, m mode, only []string, bin, dir, sqsEndpoint string, keep bool, rng *rand.Rand) *flowRun {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	r := &flowRun{t: t, kind: kind, flow: flow, spec: spec, m: m, bin: bin, dir: dir, rng: rng}
-	r.sc = newScope(t, kind, flow, sqsEndpoint, keep)
+	kind := b.kind
+	r := &flowRun{t: t, kind: kind, broker: b, flow: flow, only: only, spec: spec, m: m, bin: bin, dir: dir, rng: rng}
+	r.sc = newScope(t, b, flow, sqsEndpoint, keep)
 	var err error
 	if r.dbProxy, err = NewProxy("127.0.0.1:5432"); err != nil {
 		t.Fatal(err)
@@ -150,6 +172,9 @@ func (r *flowRun) serveEnv(extra ...string) []string {
 	switch r.kind {
 	case "rabbitmq":
 		env = append(env, "EVENTPIPE_RABBITMQ_URL=amqp://guest:guest@"+r.brokerProxy.Addr()+"/"+r.sc.vhost)
+		if r.broker.queueType != "" {
+			env = append(env, "EVENTPIPE_RABBITMQ_QUEUE_TYPE="+r.broker.queueType)
+		}
 	case "sqs":
 		env = append(env, "EVENTPIPE_SQS_ENDPOINT=http://"+r.brokerProxy.Addr(), "EVENTPIPE_SQS_REGION="+sqsRegion,
 			"AWS_REGION="+sqsRegion, "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true")
@@ -233,6 +258,9 @@ func (r *flowRun) run(ctx context.Context) {
 	var supervisor, injector sync.WaitGroup
 	supervisor.Go(func() { r.supervise(supCtx) })
 	injector.Go(func() { r.injectFaults(ctx, trafficEnd) })
+	if d, ok := r.spec.(duplicator); ok && r.faultOn(FaultDuplicates) && r.m.duplicates[r.flow] > 0 {
+		injector.Go(func() { r.duplicate(ctx, d) })
+	}
 
 	// The producer may run late (a stalled database); it gets the traffic
 	// time again at most.
@@ -289,25 +317,87 @@ func (r *flowRun) supervise(ctx context.Context) {
 	}
 }
 
+// faultOn reports whether kind is among the faults to inject
+// (CHAOS_FAULTS, default every kind).
+func (r *flowRun) faultOn(kind string) bool { return len(r.only) == 0 || slices.Contains(r.only, kind) }
+
 // injectFaults injects the flow's faults one after the other, at random
-// gaps, until until: each kind in turn, in an order shuffled per round.
+// gaps, until until: each kind in turn, in an order shuffled per round,
+// kill-consumer and kill-relay m.killWeight times per round, a kind with a
+// cap (m.faultCap) no more often than that.
 func (r *flowRun) injectFaults(ctx context.Context, until time.Time) {
-	kinds := r.spec.faultKinds(r)
+	var kinds []string
+	for _, k := range r.spec.faultKinds(r) {
+		if !r.faultOn(k) || k == FaultDuplicates {
+			continue
+		}
+		n := 1
+		if k == FaultKillConsumer || k == FaultKillRelay {
+			n = max(r.m.killWeight, 1)
+		}
+		for range n {
+			kinds = append(kinds, k)
+		}
+	}
+	if len(kinds) == 0 {
+		return
+	}
+	injected := map[string]int{}
 	var queue []string
 	for i := 0; i < r.m.maxFaults; i++ {
 		gap := r.randDuration(r.m.faultGap[0], r.m.faultGap[1])
 		if time.Now().Add(gap).After(until) || !sleep(ctx, gap) {
 			return
 		}
-		if len(queue) == 0 {
-			queue = slices.Clone(kinds)
-			r.mu.Lock()
-			r.rng.Shuffle(len(queue), func(i, j int) { queue[i], queue[j] = queue[j], queue[i] })
-			r.mu.Unlock()
+		kind := ""
+		for kind == "" {
+			if len(queue) == 0 {
+				queue = slices.DeleteFunc(slices.Clone(kinds), func(k string) bool {
+					c, capped := r.m.faultCap[k]
+					return capped && injected[k] >= c
+				})
+				if len(queue) == 0 {
+					return
+				}
+				r.mu.Lock()
+				r.rng.Shuffle(len(queue), func(i, j int) { queue[i], queue[j] = queue[j], queue[i] })
+				r.mu.Unlock()
+			}
+			kind, queue = queue[0], queue[1:]
+			if c, capped := r.m.faultCap[kind]; capped && injected[kind] >= c {
+				kind = ""
+			}
 		}
-		kind := queue[0]
-		queue = queue[1:]
+		injected[kind]++
 		r.inject(ctx, kind)
+	}
+}
+
+// duplicate is the duplicates fault: the flow's budget of re-sends
+// (m.duplicates), spread over the traffic in one batch per burst, each
+// batch recorded as a fault.
+func (r *flowRun) duplicate(ctx context.Context, d duplicator) {
+	budget := r.m.duplicates[r.flow]
+	batches := max(int(r.m.traffic/r.m.burst), 1)
+	sent := 0
+	defer func() {
+		r.mu.Lock()
+		r.dupSent = sent
+		r.mu.Unlock()
+	}()
+	for i := 1; i <= batches; i++ {
+		// The first batch after one burst: something is confirmed by then.
+		if !sleep(ctx, time.Until(r.started.Add(time.Duration(i)*r.m.burst))) {
+			return
+		}
+		at := time.Now()
+		n, err := d.resend(ctx, r, budget*i/batches-sent)
+		sent += n
+		detail := fmt.Sprintf("%d messages re-sent with their original ids (%d of %d so far)", n, sent, budget)
+		if err != nil {
+			detail += "; last error: " + err.Error()
+		}
+		r.recordFault(FaultDuplicates, at, time.Now(), detail)
 	}
 }
 
@@ -363,6 +453,11 @@ func (r *flowRun) inject(ctx context.Context, kind string) {
 		detail = fmt.Sprintf("%d broker connections stalled for %s", n, d.Round(time.Millisecond))
 	default:
 		detail = "unknown fault"
+		if f, ok := r.spec.(flowFaults); ok {
+			if d, ok := f.inject(ctx, r, kind); ok {
+				detail = d
+			}
+		}
 	}
 	r.recordFault(kind, at, time.Now(), detail)
 }
@@ -379,9 +474,13 @@ func (r *flowRun) result(ctx context.Context) (Row, []string) {
 	for _, f := range faults {
 		row.Faults[f.kind]++
 	}
-	// Recovery: from each fault to the first effect recorded after it.
+	// Recovery: from each fault to the first effect recorded after it. A
+	// batch of duplicates stops nothing, so it has no recovery.
 	perKind := map[string]time.Duration{}
 	for _, f := range faults {
+		if f.kind == FaultDuplicates {
+			continue
+		}
 		var first *time.Time
 		err := r.sc.pool.QueryRow(ctx, `SELECT min(at) FROM `+r.sc.table("chaos_effects")+` WHERE at > $1`, f.at).Scan(&first)
 		if err != nil {
@@ -406,6 +505,21 @@ func (r *flowRun) result(ctx context.Context) (Row, []string) {
 			}
 		}
 		notes = append(notes, "longest recovery by fault: "+strings.Join(parts, ", ")+" (faults in "+filepath.Join(r.dir, "faults.txt")+")")
+	}
+	r.mu.Lock()
+	dupSent := r.dupSent
+	r.mu.Unlock()
+	row.DuplicatesSent = dupSent
+	if row.Faults[FaultDuplicates] > 0 {
+		notes = append(notes, fmt.Sprintf("duplicates fault: %d already-confirmed messages re-sent with their original ids in %d batches (budget %d)",
+			dupSent, row.Faults[FaultDuplicates], r.m.duplicates[r.flow]))
+	}
+	if r.m.killWeight > 1 {
+		for _, k := range []string{FaultKillConsumer, FaultKillRelay} {
+			if slices.Contains(r.spec.faultKinds(r), k) && r.faultOn(k) && row.Faults[k] < killTarget {
+				notes = append(notes, fmt.Sprintf("%s reached %d, below the full run's target of %d", k, row.Faults[k], killTarget))
+			}
+		}
 	}
 	for _, p := range r.procs {
 		for _, e := range p.unexpectedExits() {

@@ -17,11 +17,13 @@ const (
 	FaultCut             = "conn-cut"
 	FaultStall           = "conn-stall"
 	FaultDBCut           = "db-cut"
+	FaultDuplicates      = "duplicates"
+	FaultSlowHandler     = "slow-handler"
 	FaultRabbitMQRestart = "rabbitmq-restart"
 	FaultPostgresRestart = "postgres-restart"
 )
 
-var faultOrder = []string{FaultKillConsumer, FaultKillRelay, FaultSIGTERM, FaultCut, FaultStall, FaultDBCut, FaultRabbitMQRestart, FaultPostgresRestart}
+var faultOrder = []string{FaultKillConsumer, FaultKillRelay, FaultSIGTERM, FaultCut, FaultStall, FaultDBCut, FaultDuplicates, FaultSlowHandler, FaultRabbitMQRestart, FaultPostgresRestart}
 
 // Row is one flow's count on one broker.
 type Row struct {
@@ -40,6 +42,9 @@ type Row struct {
 	// DeadExpected how many of them are in the DLQ, DeadOther how many
 	// other messages are.
 	PoisonSent, DeadExpected, DeadOther int
+	// DuplicatesSent is how many already-confirmed messages the duplicates
+	// fault sent again (not in Sent; listed in the notes, not the table).
+	DuplicatesSent int
 	// DLQDepth is how many messages the DLQ holds: more than DeadExpected
 	// + DeadOther when a message was dead-lettered more than once.
 	DLQDepth int

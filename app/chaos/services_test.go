@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,10 +53,11 @@ type scope struct {
 	sqsEndpoint string
 }
 
-func newScope(t *testing.T, kind, flow, sqsEndpoint string, keep bool) *scope {
+func newScope(t *testing.T, b brokerRun, flow, sqsEndpoint string, keep bool) *scope {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	kind := b.kind
 	id := strings.ToLower(watermill.NewShortUUID())
 	s := &scope{kind: kind, schema: "chaos_" + flow + "_" + id, pgDirect: testenv.PostgresDSN(t), sqsEndpoint: sqsEndpoint}
 	cfg, err := pgxpool.ParseConfig(s.pgDirect)
@@ -82,7 +85,9 @@ func newScope(t *testing.T, kind, flow, sqsEndpoint string, keep bool) *scope {
 	}
 	s.installAudit(t, ctx)
 	if kind == "rabbitmq" {
-		s.vhost = "chaos-" + flow + "-" + id
+		// A vhost per flow run, named after the CHAOS_BROKERS entry
+		// (chaos-rabbitmq-quorum-…): the variants never share a queue.
+		s.vhost = "chaos-" + b.name + "-" + flow + "-" + id
 		createVhost(t, s.vhost)
 		t.Cleanup(func() {
 			if keep {
@@ -334,4 +339,52 @@ func ensureServices(t *testing.T) {
 			t.Errorf("RabbitMQ left down: %v", err)
 		}
 	}
+}
+
+// rabbitQueueTypes lists the vhost's queues by type (classic, quorum, …).
+func rabbitQueueTypes(ctx context.Context, vhost string) (map[string][]string, error) {
+	out, code, err := rabbitAPI(ctx, http.MethodGet, "/api/queues/"+url.PathEscape(vhost)+"?columns=name,type", nil)
+	if err != nil {
+		return nil, err
+	}
+	var qs []struct {
+		Name string `json:"name"`
+		Type string `json:"type"`
+	}
+	if err := json.Unmarshal(out, &qs); err != nil {
+		return nil, fmt.Errorf("queues of %s: %d %s", vhost, code, truncate(string(out), 200))
+	}
+	types := map[string][]string{}
+	for _, q := range qs {
+		types[q.Type] = append(types[q.Type], q.Name)
+	}
+	return types, nil
+}
+
+// queueTypes says which queue types the runs' serve processes declared,
+// and whether that is what the variant asked for.
+func queueTypes(ctx context.Context, b brokerRun, runs []*flowRun) string {
+	var parts, wrong []string
+	for _, r := range runs {
+		types, err := rabbitQueueTypes(ctx, r.sc.vhost)
+		if err != nil {
+			parts = append(parts, r.flow+": "+err.Error())
+			continue
+		}
+		var counts []string
+		for _, typ := range slices.Sorted(maps.Keys(types)) {
+			counts = append(counts, fmt.Sprintf("%s %d", typ, len(types[typ])))
+			if b.queueType != "" && typ != b.queueType {
+				wrong = append(wrong, types[typ]...)
+			}
+		}
+		parts = append(parts, r.flow+": "+strings.Join(counts, ", "))
+	}
+	s := "queue types declared (management API): " + strings.Join(parts, "; ")
+	if len(wrong) > 0 {
+		slices.Sort(wrong)
+		s += fmt.Sprintf("; NOT the variant asked for (EVENTPIPE_RABBITMQ_QUEUE_TYPE=%s): %d queues are not %s, e.g. %s — this build ignores the variable (no rabbitmq.queue_type key yet), so the run tested classic queues",
+			b.queueType, len(wrong), b.queueType, strings.Join(wrong[:min(len(wrong), 4)], ", "))
+	}
+	return s
 }

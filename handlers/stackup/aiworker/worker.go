@@ -25,7 +25,9 @@
 //     message goes to the DLQ with that error, unmarked, so a redrive runs
 //     it again. Same when even the FAILED callback cannot be published
 //     ("최후 안전망"). With the outbox table the callback is a row committed
-//     with the marker, so a broker that refuses it makes the relay retry.
+//     with the marker, so a broker that refuses it makes the relay retry,
+//     and a database that cannot take the row is waited for (until the
+//     handler timeout), not dead-lettered.
 //
 // analyze.voice and generate.tts keep the direct model (§6): a DomainError
 // becomes a FAILED callback with its code; any other error is retried, then
@@ -37,7 +39,8 @@
 // worker killed mid-work leaves the request to its redelivery, which is never
 // acknowledged as a duplicate. While the work runs an inbox lease (renewed,
 // expiring one LeaseTTL after its holder died) keeps a redelivery from
-// running it twice: it is retried after the lease's time left.
+// running it twice: it waits for the lease in the guard, spending none of its
+// attempts, until the lease is released or expires (or the handler timeout).
 package aiworker
 
 import (
@@ -263,16 +266,16 @@ func (w *Worker) guard(consumer string, t catalog.Type, vh VersionHandler, maxAt
 		// leaves the request to its redelivery; the lease keeps a
 		// redelivery that arrives while the work still runs from running
 		// it twice (it is retried later, never acknowledged).
-		l, err := w.cfg.Inbox.Lease(ctx, consumer, id, w.leaseTTL())
+		l, err := w.lease(ctx, log, consumer, id)
 		if err != nil {
-			return err // duplicate → acknowledged by Observe; leased → retried after the lease's time left
+			return err // duplicate → acknowledged by Observe; else the attempt's time ran out
 		}
 		defer l.Release()
 		job := Job{Envelope: d.Envelope, notify: func(nctx context.Context, mt, ev string, data any) { w.notify(nctx, d, mt, ev, data) }}
 
 		result, perr := run(ctx, vh, job, d.Payload)
 		if perr == nil {
-			if err := w.answer(ctx, consumer, t.Callback, d, result); err != nil {
+			if err := w.answerWaiting(ctx, log, consumer, t.Callback, d, result); err != nil {
 				if failure.Of(err) == failure.Duplicate {
 					return err // a twin answered first
 				}
@@ -294,7 +297,7 @@ func (w *Worker) guard(consumer string, t catalog.Type, vh VersionHandler, maxAt
 			return perr
 		}
 		sig := Signal(t.Name, perr)
-		if err := w.answer(ctx, consumer, t.Callback, d, vh.Failed(d.Payload, sig)); err != nil {
+		if err := w.answerWaiting(ctx, log, consumer, t.Callback, d, vh.Failed(d.Payload, sig)); err != nil {
 			if failure.Of(err) == failure.Duplicate {
 				return err
 			}
@@ -304,6 +307,84 @@ func (w *Worker) guard(consumer string, t catalog.Type, vh VersionHandler, maxAt
 			slog.String("callback", t.Callback), slog.String("error_code", sig.Code),
 			slog.Bool("retriable", sig.Retriable), slog.Any("error", perr))
 		return nil
+	}
+}
+
+// Waits in the guard: a live lease of another worker is polled this often at
+// most; an unavailable inbox or outbox (the database) is retried with a
+// backoff from infraBackoffInitial doubling to infraBackoffMax.
+const (
+	leasePoll           = time.Second
+	infraBackoffInitial = 100 * time.Millisecond
+	infraBackoffMax     = 5 * time.Second
+)
+
+// lease claims the request's work. Another worker's live lease is waited
+// out here instead of failing the attempt: the delivery is kept (never
+// acknowledged) and spends none of the §6 attempts, which belong to the
+// work. Counted, they ran out while a killed worker's lease was still live
+// (a kill mid-call, then a kill of the next worker while it waited): the
+// request was dead-lettered with nobody left to answer it. A transient
+// inbox failure (the database) is waited out the same way. Both end with
+// ctx, the route's handler timeout.
+func (w *Worker) lease(ctx context.Context, log *slog.Logger, consumer, id string) (*inbox.Lease, error) {
+	backoff, logged := infraBackoffInitial, false
+	for {
+		l, err := w.cfg.Inbox.Lease(ctx, consumer, id, w.leaseTTL())
+		if err == nil || failure.Of(err) != failure.Transient || ctx.Err() != nil {
+			return l, err
+		}
+		wait := backoff
+		if errors.Is(err, inbox.ErrLeased) {
+			wait = min(max(failure.RetryAfter(err), infraBackoffInitial), leasePoll)
+			if !logged {
+				log.InfoContext(ctx, "stackup request held by another worker's lease; waiting for it", slog.Any("reason", err))
+				logged = true
+			}
+		} else {
+			backoff = min(2*backoff, infraBackoffMax)
+			log.WarnContext(ctx, "stackup inbox unavailable; waiting", slog.Duration("wait", wait), slog.Any("error", err))
+		}
+		if !sleep(ctx, wait) {
+			return nil, err
+		}
+	}
+}
+
+// answerWaiting is answer, retried while it fails before committing with a
+// transient error — the database holding the marker and the callback's
+// outbox row is unavailable — until ctx ends. The work is done and the
+// callback is one transaction away: a database blip must not send the
+// request to the DLQ. A retry after an ambiguous commit finds the marker
+// (failure.Duplicate: answered once). Without an outbox the callback is
+// published before the marker, so a retry could publish it twice: not
+// retried; nor is a callback committed but not published
+// (*outbox.NotPublishedError).
+func (w *Worker) answerWaiting(ctx context.Context, log *slog.Logger, consumer, messageType string, d catalog.Delivery, p catalog.Payload) error {
+	backoff := infraBackoffInitial
+	for {
+		err := w.answer(ctx, consumer, messageType, d, p)
+		var np *outbox.NotPublishedError
+		if err == nil || w.cfg.Outbox == nil || failure.Of(err) != failure.Transient || errors.As(err, &np) || ctx.Err() != nil {
+			return err
+		}
+		log.WarnContext(ctx, "stackup callback not written (database unavailable); retrying", slog.String("callback", messageType),
+			slog.Duration("wait", backoff), slog.Any("error", err))
+		if !sleep(ctx, backoff) {
+			return err
+		}
+		backoff = min(2*backoff, infraBackoffMax)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
