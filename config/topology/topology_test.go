@@ -1,6 +1,7 @@
 package topology_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -96,9 +97,17 @@ func TestStackUpQueues(t *testing.T) {
 			q, ok := top.Queue(tt.queue)
 			require.True(t, ok, "queue %s not declared", tt.queue)
 			// §6: classic queues + DLX today; quorum/x-delivery-limit is Phase 2.
+			// The AI request queues take one request at a time (eventpipe's
+			// choice; the spec gives no prefetch): slow model work must not
+			// hold prefetched requests that a crash would charge an attempt.
+			batch := 0
+			if strings.HasPrefix(tt.queue, "ai.") {
+				batch = 1
+			}
 			assert.Equal(t, topology.Queue{
-				Name: tt.queue,
-				Type: topology.Classic,
+				Name:      tt.queue,
+				Type:      topology.Classic,
+				BatchSize: batch,
 				DeadLetter: &topology.DeadLetter{
 					Queue:      "dlq." + tt.queue,
 					Exchange:   "stackup.dlx",
