@@ -28,7 +28,8 @@ run: build ## run the demo on the embedded memory broker (no services needed); C
 		EVENTPIPE_DISPUTES_ENABLED=true EVENTPIPE_DISPUTES_SAMPLE_TRAFFIC=true \
 		EVENTPIPE_BOOKING_ENABLED=true EVENTPIPE_BOOKING_SAMPLE_TRAFFIC=true \
 		EVENTPIPE_JOINLINK_ENABLED=true EVENTPIPE_JOINLINK_SAMPLE_TRAFFIC=true EVENTPIPE_JOINLINK_ENABLE_SCHEDULER=true \
-		EVENTPIPE_REALTIME_TOKEN_SECRET=make-run-demo-secret-not-for-production-use ./$(BIN) serve
+		EVENTPIPE_REALTIME_TOKEN_SECRET=make-run-demo-secret-not-for-production-use \
+		EVENTPIPE_ADMIN_TOKEN_SECRET=make-run-demo-admin-secret-not-for-production ./$(BIN) serve
 
 services: ## make sure PostgreSQL, RabbitMQ and the SQS emulator are up (CI=true: only check PG/RabbitMQ)
 	.ci/services

@@ -19,8 +19,15 @@ import (
 //	              configured) answer; 503 with the failing checks otherwise
 //	GET /metrics  Prometheus metrics
 //
-// and the enabled specs' endpoints (spec.Parts.Endpoints), such as the
-// join-link admin API under /program-session/ when its token is configured.
+// which are open (probes and scrapers carry no token), and the enabled specs'
+// endpoints (spec.Parts.Endpoints), such as the join-link admin API under
+// /program-session/. Every endpoint that changes something or shows more than
+// health takes a JWT verified by s.verifier with the admin role (decision
+// 0017); the spec endpoints check it themselves, so that their errors keep
+// their spec's envelope, and are mounted only when a verifier is configured.
+// The admin server has no endpoint of its own beyond the three above: DLQ
+// redrive and outbox requeue are commands. The verifier (spec.Deps.Verifier)
+// is ready for the console's endpoints when they come.
 func (s *Service) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

@@ -10,3 +10,7 @@ var NewBrokerWithDB = newBroker
 
 // UncountedCrashQueues are the queues serve warns about at start.
 var UncountedCrashQueues = uncountedCrashQueues
+
+// NewVerifier is serve's verifier of the admin JWTs, from the admin section
+// and an environment.
+var NewVerifier = newVerifier

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/eventpipe/eventpipe/app/auth"
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/broker/routing"
 	"github.com/eventpipe/eventpipe/app/inbox"
@@ -55,6 +56,9 @@ type Service struct {
 	specs []builtSpec
 	// inbox is the processed-messages store every spec shares.
 	inbox inbox.Store
+	// verifier verifies the admin endpoints' JWTs; nil when none is
+	// configured.
+	verifier *auth.Verifier
 	// drain ends in-flight handlers' contexts; cancelled when the shutdown
 	// timeout is over (middleware.Drain).
 	drain       context.Context
@@ -97,9 +101,16 @@ func newService(ctx context.Context, cfg config.Config, logger *slog.Logger, mod
 		_ = tracerShutdown(ctx)
 		return nil, err
 	}
+	// Before any connection: a token configuration serve refuses should
+	// not wait for a broker first.
+	if s.verifier, err = newVerifier(cfg, os.Getenv, logger); err != nil {
+		_ = tracerShutdown(ctx)
+		return nil, err
+	}
 	// The database first: the broker keeps RabbitMQ's attempt ledger in it.
 	if cfg.Postgres.DSN != "" {
 		if s.db, err = openDatabase(ctx, cfg, logger); err != nil {
+			s.closeVerifier()
 			_ = tracerShutdown(ctx)
 			return nil, err
 		}
@@ -109,6 +120,7 @@ func newService(ctx context.Context, cfg config.Config, logger *slog.Logger, mod
 		if s.db != nil {
 			s.db.Close()
 		}
+		s.closeVerifier()
 		_ = tracerShutdown(ctx)
 		return nil, err
 	}
@@ -208,6 +220,7 @@ func (s *Service) sharedDeps(top topology.Topology) (spec.Deps, error) {
 			APIKeyEnv: s.cfg.LLM.APIKeyEnv,
 			Timeout:   s.cfg.LLM.Timeout,
 		},
+		Verifier:   s.verifier,
 		Getenv:     os.Getenv,
 		Logger:     s.logger,
 		Registerer: s.registry,
@@ -523,6 +536,13 @@ func (rs *runningServers) shutdown() {
 	_ = rs.wait()
 }
 
+// closeVerifier stops the verifier's key-set refreshes.
+func (s *Service) closeVerifier() {
+	if s.verifier != nil {
+		s.verifier.Close()
+	}
+}
+
 func (s *Service) closeResources() {
 	s.cancelDrain()
 	for _, b := range s.specs {
@@ -544,6 +564,7 @@ func (s *Service) closeResources() {
 	if s.db != nil {
 		s.db.Close()
 	}
+	s.closeVerifier()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.tracerShutdown(ctx); err != nil {

@@ -183,9 +183,6 @@ type JoinLink struct {
 	BulkRegisterTokenEnv string `yaml:"bulk_register_token_env" env:"BULK_REGISTER_TOKEN_ENV" doc:"Name of the environment variable holding bulkRegister's bearer token; none is sent when it is unset."`
 	// BulkRegisterTimeout bounds one bulkRegister call. Default 10s.
 	BulkRegisterTimeout time.Duration `yaml:"bulk_register_timeout" env:"BULK_REGISTER_TIMEOUT" doc:"Time limit of one bulkRegister call (more than 0s)."`
-	// AdminTokenEnv names the variable holding the admin API's bearer
-	// token; unset or empty leaves the API off.
-	AdminTokenEnv string `yaml:"admin_token_env" env:"ADMIN_TOKEN_ENV" doc:"Name of the environment variable holding the admin API's bearer token; the API is off when it is unset."`
 }
 
 // Disputes configures the disputes outbox domain-events spec
@@ -443,11 +440,38 @@ type Postgres struct {
 }
 
 // Admin configures the admin HTTP server, which serves /healthz, /readyz and
-// /metrics.
+// /metrics (open) and the specs' admin endpoints, and the verification of
+// the JWTs those endpoints take (decision 0017): HS256 with the secret in the
+// variable TokenSecretEnv names, or RS256/ES256 with the keys at
+// TokenJWKSURL — one of the two; neither leaves the token-protected
+// endpoints off.
 type Admin struct {
 	// Addr is the host:port the admin server listens on. Default
 	// 127.0.0.1:9090; "" turns the server off; port 0 picks a free port.
 	Addr string `yaml:"addr" env:"ADDR" doc:"host:port of the admin HTTP server (/healthz, /readyz, /metrics); empty turns it off."`
+	// TokenSecretEnv names the variable holding the HS256 secret (at least
+	// 32 bytes) admin tokens are signed with, by `eventpipe admin token` or
+	// the caller's own JWT library. Default EVENTPIPE_ADMIN_TOKEN_SECRET;
+	// an unset variable means no secret. serve refuses a secret together
+	// with TokenJWKSURL.
+	TokenSecretEnv string `yaml:"token_secret_env" env:"TOKEN_SECRET_ENV" doc:"Name of the environment variable holding the HS256 secret (at least 32 bytes) of admin JWTs; unset, and without token_jwks_url, the token-protected endpoints (join-link admin API) are off."`
+	// TokenJWKSURL is the http(s) URL of the JSON Web Key Set whose keys
+	// verify RS256 and ES256 admin tokens (an identity provider's). It is
+	// fetched at start, every TokenJWKSRefresh and when a token names an
+	// unknown key id (at most once a minute). Default "": none.
+	TokenJWKSURL string `yaml:"token_jwks_url" env:"TOKEN_JWKS_URL" doc:"URL of the JSON Web Key Set verifying RS256/ES256 admin JWTs (fetched at start, refreshed, and on an unknown key id); empty for none; not together with a secret."`
+	// TokenJWKSRefresh is how often the key set is fetched again. Default
+	// 1h; more than 0s.
+	TokenJWKSRefresh time.Duration `yaml:"token_jwks_refresh" env:"TOKEN_JWKS_REFRESH" doc:"How often the key set at token_jwks_url is fetched again (more than 0s)."`
+	// TokenIssuer, when set, is the "iss" every admin token must carry.
+	// Default "": not checked.
+	TokenIssuer string `yaml:"token_issuer" env:"TOKEN_ISSUER" doc:"Required iss of admin JWTs; empty skips the check."`
+	// TokenAudience, when set, must be one of every admin token's "aud".
+	// Default "": not checked.
+	TokenAudience string `yaml:"token_audience" env:"TOKEN_AUDIENCE" doc:"Required aud of admin JWTs; empty skips the check."`
+	// TokenLeeway is the clock skew tolerated on a token's exp, nbf and
+	// iat. Default 30s; 0s..5m.
+	TokenLeeway time.Duration `yaml:"token_leeway" env:"TOKEN_LEEWAY" doc:"Clock skew tolerated on an admin JWT's exp, nbf and iat (0s..5m)."`
 }
 
 // Log configures the structured logger.
@@ -533,14 +557,15 @@ func Defaults() Config {
 			Schema:       "eventpipe",
 			Migrate:      true,
 		},
-		Admin:      Admin{Addr: "127.0.0.1:9090"},
+		Admin: Admin{Addr: "127.0.0.1:9090", TokenSecretEnv: "EVENTPIPE_ADMIN_TOKEN_SECRET", TokenJWKSRefresh: time.Hour,
+			TokenLeeway: 30 * time.Second},
 		Log:        Log{Level: LevelInfo, Format: FormatText},
 		Serve:      Serve{ShutdownTimeout: 30 * time.Second, ConnectTimeout: 0},
 		Demo:       Demo{Enabled: false, Interval: time.Second},
 		Interviews: Interviews{Enabled: false, SampleTraffic: false, StaleClaim: 10 * time.Minute},
 		Disputes:   Disputes{Enabled: false, SampleTraffic: false, AMLThreshold: 80, DefaultTAT: 5 * 24 * time.Hour},
 		JoinLink: JoinLink{Enabled: false, SampleTraffic: false, EnableScheduler: false, EnableFallbackCron: false, DispatchInterval: time.Second, FallbackSchedule: "0 */4 * * *", SystemActorID: -1,
-			BulkRegisterTokenEnv: "EVENTPIPE_JOINLINK_BULK_REGISTER_TOKEN", BulkRegisterTimeout: 10 * time.Second, AdminTokenEnv: "EVENTPIPE_JOINLINK_ADMIN_TOKEN"},
+			BulkRegisterTokenEnv: "EVENTPIPE_JOINLINK_BULK_REGISTER_TOKEN", BulkRegisterTimeout: 10 * time.Second},
 		LLM: LLM{BaseURL: "https://api.openai.com/v1", Model: "gpt-4.1-mini", APIKeyEnv: "OPENAI_API_KEY", Timeout: 120 * time.Second},
 		Realtime: Realtime{
 			Addr:           "127.0.0.1:8080",

@@ -193,6 +193,16 @@ func (c Config) Validate() error {
 	if c.Admin.Addr != "" {
 		checkAddr(&ps, "admin.addr", c.Admin.Addr)
 	}
+	if c.Admin.TokenSecretEnv != "" && !envVarName.MatchString(c.Admin.TokenSecretEnv) {
+		ps.add("admin.token_secret_env", "%q is not an environment variable name (letters, digits and _, not starting with a digit)", c.Admin.TokenSecretEnv)
+	}
+	if c.Admin.TokenJWKSURL != "" {
+		checkURL(&ps, "admin.token_jwks_url", c.Admin.TokenJWKSURL, endpointURL)
+	}
+	positive(&ps, "admin.token_jwks_refresh", c.Admin.TokenJWKSRefresh)
+	if l := c.Admin.TokenLeeway; l < 0 || l > 5*time.Minute {
+		ps.add("admin.token_leeway", "%s is out of range 0s..5m0s", l)
+	}
 
 	oneOf(&ps, "log.level", c.Log.Level, LevelDebug, LevelInfo, LevelWarn, LevelError)
 	oneOf(&ps, "log.format", c.Log.Format, FormatText, FormatJSON)

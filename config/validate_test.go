@@ -166,6 +166,28 @@ func TestValidate(t *testing.T) {
 			modify: func(c *config.Config) { c.Admin.Addr = ":0" },
 		},
 		{
+			name: "admin tokens from a key set, with issuer and audience",
+			modify: func(c *config.Config) {
+				c.Admin.TokenJWKSURL = "https://idp.example/.well-known/jwks.json"
+				c.Admin.TokenIssuer, c.Admin.TokenAudience, c.Admin.TokenLeeway = "https://idp.example", "eventpipe", 0
+			},
+		},
+		{
+			name: "admin token settings",
+			modify: func(c *config.Config) {
+				c.Admin.TokenSecretEnv = "1SECRET"
+				c.Admin.TokenJWKSURL = "idp.example/jwks.json"
+				c.Admin.TokenJWKSRefresh = 0
+				c.Admin.TokenLeeway = 10 * time.Minute
+			},
+			want: []config.Problem{
+				{Path: "admin.token_secret_env", Message: `"1SECRET" is not an environment variable name (letters, digits and _, not starting with a digit)`},
+				{Path: "admin.token_jwks_url", Message: `"idp.example/jwks.json" is not a URL starting with http:// or https://`},
+				{Path: "admin.token_jwks_refresh", Message: "must be more than 0s, got 0s"},
+				{Path: "admin.token_leeway", Message: "10m0s is out of range 0s..5m0s"},
+			},
+		},
+		{
 			name: "every duration and count at once",
 			modify: func(c *config.Config) {
 				c.Memory.OutputBuffer = 0

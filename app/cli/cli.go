@@ -1,6 +1,7 @@
 // Package cli is eventpipe's command line: serve, publish, topology (plan,
 // apply, export), migrate (up, down, status), relay, outbox (requeue), dlq
-// (peek, redrive), version, and the specs' own commands (realtime token). Run is the whole program minus the process:
+// (peek, redrive), admin (token), version, and the specs' own commands
+// (realtime token). Run is the whole program minus the process:
 // arguments, output streams and environment are injected, so tests drive it
 // in-process.
 package cli
@@ -71,6 +72,7 @@ EVENTPIPE_* environment variables; switch brokers with EVENTPIPE_BROKER.`,
 	root.AddCommand(e.outboxCmd())
 	root.AddCommand(e.dlqCmd())
 	root.AddCommand(e.drainCheckCmd())
+	root.AddCommand(e.adminCmd())
 	// The specs' own commands (eventpipe realtime token, …).
 	root.AddCommand(app.Commands(spec.CommandEnv{
 		Load:   e.load,

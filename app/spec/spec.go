@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
+	"github.com/eventpipe/eventpipe/app/auth"
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/inbox"
 	"github.com/eventpipe/eventpipe/app/llm"
@@ -82,6 +83,11 @@ type Deps struct {
 	// LLM is the OpenAI-compatible client's configuration (the llm
 	// section), for specs that call a model.
 	LLM llm.Config
+	// Verifier verifies the JWTs of the admin endpoints' callers (the
+	// principal is the token's sub and roles, decision 0017); nil when
+	// admin.token_secret_env names no set variable and admin.token_jwks_url
+	// is empty, and then a spec leaves its token-protected endpoints off.
+	Verifier *auth.Verifier
 	// Getenv reads the process's environment (secrets named by the
 	// configuration).
 	Getenv func(name string) string

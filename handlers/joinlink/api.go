@@ -2,7 +2,6 @@ package joinlink
 
 import (
 	"bytes"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"io"
@@ -12,56 +11,31 @@ import (
 	"strings"
 	"time"
 
+	"github.com/eventpipe/eventpipe/app/auth"
 	"github.com/eventpipe/eventpipe/app/jsonfields"
 )
 
-// AdminRole is the role every endpoint requires (@Roles('admin')).
-const AdminRole = "admin"
-
-// Principal is the authenticated caller.
-type Principal struct {
-	UserID int64
-	// Role is the caller's active role.
-	Role string
-}
-
-// Authenticator authenticates a request (CombinedAuthGuard's role): false =
-// unauthenticated (401).
-type Authenticator func(r *http.Request) (Principal, bool)
-
-// Headers of the existing auth scheme (§Security Design: "bearer +
-// user/active-role headers").
-const (
-	UserIDHeader     = "X-User-Id"
-	ActiveRoleHeader = "X-Active-Role"
-)
-
-// BearerAuth is a stand-in for the existing auth scheme: "Authorization:
-// Bearer <token>" must carry token, X-User-Id a positive user id and
-// X-Active-Role the role. An empty token authenticates nobody.
-func BearerAuth(token string) Authenticator {
-	return func(r *http.Request) (Principal, bool) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || token == "" || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-			return Principal{}, false
-		}
-		id, err := strconv.ParseInt(r.Header.Get(UserIDHeader), 10, 64)
-		if err != nil || id <= 0 {
-			return Principal{}, false
-		}
-		return Principal{UserID: id, Role: r.Header.Get(ActiveRoleHeader)}, true
-	}
+// Authenticator verifies a request's bearer JWT and returns its principal
+// (CombinedAuthGuard's role): auth.ErrNoToken or a *auth.TokenError is a 401.
+// *auth.Verifier is the one implementation.
+type Authenticator interface {
+	Authenticate(r *http.Request) (auth.Principal, error)
 }
 
 // API is the admin HTTP API (§API Contracts 1): PATCH
 // /program-session/{id}/link-generation with {"linkGenerationAt": string |
-// null}. Every path requires an authenticated admin (401, then 403).
-// Errors are {"success":false,"data":null,"error":{"code","message"}}, never
-// with internals; success is {"success":true,"data":{…},"error":null}.
+// null}. Every path requires "Authorization: Bearer <JWT>" (401 without a
+// valid one) whose roles hold auth.AdminRole (403 otherwise); the acting user
+// — updated_by — is the token's sub, which must be a positive integer (403
+// otherwise). Headers a client sets (X-User-Id, X-Active-Role) are never the
+// principal (decision 0017). Errors are
+// {"success":false,"data":null,"error":{"code","message"}}, never with
+// internals; success is {"success":true,"data":{…},"error":null}.
 type API struct {
 	Service *Service
-	Auth    Authenticator
-	Logger  *slog.Logger
+	// Auth verifies the callers' tokens; nil refuses every request (401).
+	Auth   Authenticator
+	Logger *slog.Logger
 }
 
 // Error codes of the envelope.
@@ -113,17 +87,8 @@ func fail(w http.ResponseWriter, status int, code, msg string) {
 
 // ServeHTTP implements http.Handler.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if a.Auth == nil {
-		fail(w, http.StatusUnauthorized, CodeUnauthorized, "authentication required")
-		return
-	}
-	p, ok := a.Auth(r)
+	actor, ok := a.authorize(w, r)
 	if !ok {
-		fail(w, http.StatusUnauthorized, CodeUnauthorized, "authentication required")
-		return
-	}
-	if p.Role != AdminRole {
-		fail(w, http.StatusForbidden, CodeForbidden, "admin role required")
 		return
 	}
 	rest, ok := strings.CutPrefix(r.URL.Path, "/program-session/")
@@ -147,7 +112,7 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, CodeBadRequest, msg)
 		return
 	}
-	sess, err := a.Service.SetLinkGeneration(r.Context(), id, at, p.UserID)
+	sess, err := a.Service.SetLinkGeneration(r.Context(), id, at, actor)
 	switch {
 	case errors.Is(err, ErrInvalidTime):
 		fail(w, http.StatusBadRequest, CodeBadRequest, ErrInvalidTime.Error())
@@ -169,6 +134,42 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		resp.LinkGenerationAt = &s
 	}
 	writeJSON(w, http.StatusOK, envelope{Success: true, Data: resp})
+}
+
+// authorize answers 401 or 403 unless the request carries an admin's valid
+// token, and returns the acting user's id.
+func (a *API) authorize(w http.ResponseWriter, r *http.Request) (int64, bool) {
+	if a.Auth == nil {
+		fail(w, http.StatusUnauthorized, CodeUnauthorized, "authentication required")
+		return 0, false
+	}
+	p, err := a.Auth.Authenticate(r)
+	var te *auth.TokenError
+	switch {
+	case errors.Is(err, auth.ErrNoToken):
+		fail(w, http.StatusUnauthorized, CodeUnauthorized, "authentication required: send an Authorization: Bearer JWT")
+		return 0, false
+	case errors.As(err, &te):
+		a.logger().DebugContext(r.Context(), "admin API token refused", slog.String("reason", te.Reason), slog.Any("error", te.Err))
+		fail(w, http.StatusUnauthorized, CodeUnauthorized, te.Error())
+		return 0, false
+	case err != nil:
+		a.logger().WarnContext(r.Context(), "admin API authentication failed", slog.Any("error", err))
+		fail(w, http.StatusUnauthorized, CodeUnauthorized, "authentication required")
+		return 0, false
+	}
+	if !p.HasRole(auth.AdminRole) {
+		fail(w, http.StatusForbidden, CodeForbidden, "admin role required")
+		return 0, false
+	}
+	// updated_by is a bigint: a subject that is no user id cannot be
+	// stamped, so the caller may not write.
+	actor, err := p.UserID()
+	if err != nil {
+		fail(w, http.StatusForbidden, CodeForbidden, "the token's sub must be the acting user's id, a positive integer")
+		return 0, false
+	}
+	return actor, true
 }
 
 // parseSetLinkGeneration reads SetLinkGenerationDto: linkGenerationAt is

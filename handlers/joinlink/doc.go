@@ -62,10 +62,14 @@
 //
 // # Admin API (§API Contracts 1)
 //
-// API serves PATCH /program-session/{id}/link-generation for admins only
-// (401, 403), 404 for a missing session, 400 for a time that is not a
-// future ISO-8601 UTC time, with the error envelope
-// {"success":false,"data":null,"error":{"code","message"}}.
+// API serves PATCH /program-session/{id}/link-generation for admins only,
+// authenticated by a verified JWT (app/auth, decision 0017): 401 without a
+// valid bearer token, 403 when its roles lack "admin" or its sub is not a
+// positive user id; the sub is updated_by, and no header a client sets
+// (X-User-Id, X-Active-Role) counts. Then 404 for a missing session, 400 for
+// a time that is not a future ISO-8601 UTC time, all with the error envelope
+// {"success":false,"data":null,"error":{"code","message"}}. The module
+// mounts it only when the service has a verifier (spec.Deps.Verifier).
 //
 // # Program sessions
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 
 	"github.com/robfig/cron/v3"
@@ -70,7 +71,8 @@ func orEnv(d spec.Deps, s, name string) string {
 // build builds the spec. Store and schedules are PostgreSQL when the
 // service has a database, in memory otherwise; bulkRegister is the HTTP
 // client of joinlink.bulk_register_url (see newGenerator). The admin API is mounted on
-// the admin server when joinlink.admin_token_env names a set variable.
+// the admin server when the service verifies admin JWTs (d.Verifier, from
+// admin.token_secret_env or admin.token_jwks_url).
 func build(ctx context.Context, d spec.Deps, a Adapters) (spec.Parts, error) {
 	c := d.Config.JoinLink
 	var err error
@@ -133,11 +135,18 @@ func build(ctx context.Context, d spec.Deps, a Adapters) (spec.Parts, error) {
 		svc.SweepLock = pg.SweepLock()
 	}
 	parts := spec.Parts{Routes: Handlers{Service: svc, Logger: d.Logger}.Routes()}
-	if token := d.Getenv(c.AdminTokenEnv); token != "" {
+	if d.Verifier != nil {
 		parts.Endpoints = append(parts.Endpoints, spec.Endpoint{
 			Pattern: "/program-session/",
-			Handler: &API{Service: svc, Auth: BearerAuth(token), Logger: d.Logger},
+			Handler: &API{Service: svc, Auth: d.Verifier, Logger: d.Logger},
 		})
+	} else {
+		secret := "a variable named by admin.token_secret_env"
+		if name := d.Config.Admin.TokenSecretEnv; name != "" {
+			secret = "$" + name + " (admin.token_secret_env)"
+		}
+		d.Logger.Info("join-link admin API off: admin JWTs are not verified; set an HS256 secret in "+secret+
+			" or admin.token_jwks_url to serve PATCH /program-session/{id}/link-generation", slog.String("spec", "joinlink"))
 	}
 	if c.EnableScheduler && !onAWS {
 		dispatcher := &Dispatcher{Schedules: schedules, Publisher: d.Publisher, Interval: c.DispatchInterval, Logger: d.Logger}
