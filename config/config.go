@@ -132,10 +132,10 @@ type Booking struct {
 }
 
 // JoinLink configures the join-link scheduled-generation spec
-// (handlers/joinlink): the processor on join-link-generation, the in-process
-// scheduler (EventBridge's role), the 4-hourly fallback sweep and the admin
-// API. Store and schedules are PostgreSQL when postgres.dsn is set, in memory
-// otherwise. bulkRegister is an in-memory fake for now.
+// (handlers/joinlink): the processor on join-link-generation, the schedules
+// (EventBridge Scheduler on SQS, in process elsewhere), the fallback sweep and
+// the admin API. Store and schedules are PostgreSQL when postgres.dsn is set,
+// in memory otherwise. bulkRegister is an HTTP call to bulk_register_url.
 type JoinLink struct {
 	// Enabled turns the spec's route on.
 	Enabled bool `yaml:"enabled" env:"ENABLED" doc:"Run the join-link spec: the processor on join-link-generation (topology config/topology/joinlink.yaml)."`

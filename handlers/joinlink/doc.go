@@ -43,11 +43,12 @@
 //
 // Scheduler is JoinLinkSchedulerService: the ENABLE_JOIN_LINK_SCHEDULER
 // guard, the deterministic name "join-link-<id>" (upsert/delete are
-// idempotent), best effort. No EventBridge here: Schedules has an in-memory
-// and a Postgres (join_link_schedules) implementation, and a Dispatcher
-// publishes due schedules to the queue and deletes them. The AWS adapter
-// (EventBridge Scheduler CreateSchedule/UpdateSchedule/DeleteSchedule) is
-// not written.
+// idempotent), best effort. On SQS, Schedules is EventBridge Scheduler
+// (package app/eventbridge, handed in through Adapters: one-time at()
+// schedules targeting the queue, deleted after they fire). On the other
+// brokers it has an in-memory and a Postgres (join_link_schedules)
+// implementation, and a Dispatcher publishes due schedules to the queue and
+// deletes them.
 //
 // # Fallback (dec-06, inv-03)
 //
@@ -74,7 +75,7 @@
 // # Program sessions
 //
 // eventpipe has no program-session module: migrations/00007_joinlink.sql
-// creates a stand-in hdb_program_session with the spec's columns, and
-// Generator (bulkRegister) is an interface with MemoryGenerator as the only
-// implementation.
+// creates a stand-in hdb_program_session with the spec's columns. Generator
+// (bulkRegister) is HTTPGenerator, the online-session subsystem's endpoint;
+// MemoryGenerator is the tests' and sample traffic's fake.
 package joinlink
