@@ -191,7 +191,7 @@ func TestBenchTable(t *testing.T) {
 // repetition per iteration, at the quick size (EVENTPIPE_BENCH_IDS applies):
 //
 //	go test -run '^$' -bench . ./app/bench
-//	EVENTPIPE_BENCH_IDS=MEM go test -run '^$' -bench 'MEM_memory_end_to_end/' ./app/bench
+//	EVENTPIPE_BENCH_IDS=MEM go test -run '^$' -bench 'Pairs/MEM_memory_end_to_end$/' ./app/bench
 func BenchmarkPairs(b *testing.B) {
 	for i, p := range pairs(b, quickMode, wantedIDs()) {
 		for _, s := range p.sides {
