@@ -80,46 +80,52 @@ func Observe(logger *slog.Logger, m *Metrics) message.HandlerMiddleware {
 			oc := &outcome{}
 			msg.SetContext(context.WithValue(msg.Context(), outcomeKey{}, oc))
 			produced, err := h(msg)
-			elapsed := time.Since(start)
-
-			labels := labelsOf(msg)
-			m.Duration.With(labels).Observe(elapsed.Seconds())
-			attrs := []slog.Attr{
-				slog.String("message_id", msg.UUID),
-				slog.String("trace_id", msgctx.TraceID(msg.Context())),
-				slog.String("queue", labels["queue"]),
-				slog.String("handler", labels["handler"]),
-				slog.Duration("took", elapsed),
-			}
-			if err != nil && failure.Of(err) == failure.Duplicate {
-				// The effect already happened: acknowledge, change nothing.
-				m.Duplicates.With(labels).Inc()
-				logger.LogAttrs(msg.Context(), slog.LevelInfo, "duplicate delivery, acknowledged without effect", append(attrs, slog.Any("reason", err))...)
-				return nil, nil
-			}
-			if err != nil {
-				m.Failed.With(labels).Inc()
-				attrs = append(attrs, slog.String("error_class", failure.Of(err).String()))
-				logger.LogAttrs(msg.Context(), levelFor(err), "message failed", append(attrs, slog.Any("error", err))...)
-				return produced, err
-			}
-			switch oc.kind {
-			case outcomeDeadLettered:
-				m.DeadLettered.With(labels).Inc()
-				logger.LogAttrs(msg.Context(), slog.LevelWarn, "message dead-lettered", append(attrs, slog.Any("reason", oc.cause))...)
-			case outcomeDropped:
-				m.Dropped.With(labels).Inc()
-				logger.LogAttrs(msg.Context(), slog.LevelWarn, "message dropped: permanent failure on a route that drops them", append(attrs, slog.Any("reason", oc.cause))...)
-			case outcomeDroppedNoDLQ:
-				m.Dropped.With(labels).Inc()
-				logger.LogAttrs(msg.Context(), slog.LevelError, "message dropped: attempts exhausted and the route has no dead-letter queue", append(attrs, slog.Any("reason", oc.cause))...)
-			default:
-				m.Handled.With(labels).Inc()
-				logger.LogAttrs(msg.Context(), slog.LevelDebug, "message handled", attrs...)
-			}
-			return produced, nil
+			// Everything else is in settle, whose frame is not on the stack
+			// while the handler runs: the router starts each message on a
+			// new goroutine's small stack, which a deep chain must copy.
+			return settle(logger, m, msg, time.Since(start), oc, produced, err)
 		}
 	}
+}
+
+// settle records and logs the outcome of one message (Observe).
+func settle(logger *slog.Logger, m *Metrics, msg *message.Message, elapsed time.Duration, oc *outcome, produced []*message.Message, err error) ([]*message.Message, error) {
+	labels := labelsOf(msg)
+	m.Duration.With(labels).Observe(elapsed.Seconds())
+	attrs := []slog.Attr{
+		slog.String("message_id", msg.UUID),
+		slog.String("trace_id", msgctx.TraceID(msg.Context())),
+		slog.String("queue", labels["queue"]),
+		slog.String("handler", labels["handler"]),
+		slog.Duration("took", elapsed),
+	}
+	if err != nil && failure.Of(err) == failure.Duplicate {
+		// The effect already happened: acknowledge, change nothing.
+		m.Duplicates.With(labels).Inc()
+		logger.LogAttrs(msg.Context(), slog.LevelInfo, "duplicate delivery, acknowledged without effect", append(attrs, slog.Any("reason", err))...)
+		return nil, nil
+	}
+	if err != nil {
+		m.Failed.With(labels).Inc()
+		attrs = append(attrs, slog.String("error_class", failure.Of(err).String()))
+		logger.LogAttrs(msg.Context(), levelFor(err), "message failed", append(attrs, slog.Any("error", err))...)
+		return produced, err
+	}
+	switch oc.kind {
+	case outcomeDeadLettered:
+		m.DeadLettered.With(labels).Inc()
+		logger.LogAttrs(msg.Context(), slog.LevelWarn, "message dead-lettered", append(attrs, slog.Any("reason", oc.cause))...)
+	case outcomeDropped:
+		m.Dropped.With(labels).Inc()
+		logger.LogAttrs(msg.Context(), slog.LevelWarn, "message dropped: permanent failure on a route that drops them", append(attrs, slog.Any("reason", oc.cause))...)
+	case outcomeDroppedNoDLQ:
+		m.Dropped.With(labels).Inc()
+		logger.LogAttrs(msg.Context(), slog.LevelError, "message dropped: attempts exhausted and the route has no dead-letter queue", append(attrs, slog.Any("reason", oc.cause))...)
+	default:
+		m.Handled.With(labels).Inc()
+		logger.LogAttrs(msg.Context(), slog.LevelDebug, "message handled", attrs...)
+	}
+	return produced, nil
 }
 
 // levelFor keeps shutdown quiet: a handler cut short by cancellation is not an
