@@ -19,12 +19,12 @@ import (
 // routerContext is the context a Watermill router gives a delivery (handler
 // name, queue, subscriber and publisher names): the keys are Watermill's own
 // and unexported, so one delivery through a real router lends its context.
-func routerContext(b *testing.B, handler, queue string) context.Context {
-	b.Helper()
+func routerContext(tb testing.TB, handler, queue string) context.Context {
+	tb.Helper()
 	gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	got := make(chan context.Context, 1)
 	router.AddConsumerHandler(handler, queue, gc, func(msg *message.Message) error {
@@ -34,13 +34,13 @@ func routerContext(b *testing.B, handler, queue string) context.Context {
 	go func() { _ = router.Run(context.Background()) }()
 	<-router.Running()
 	if err := gc.Publish(queue, message.NewMessage(watermill.NewUUID(), nil)); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	var ctx context.Context
 	select {
 	case ctx = <-got:
 	case <-time.After(10 * time.Second):
-		b.Fatal("no delivery through the router")
+		tb.Fatal("no delivery through the router")
 	}
 	_ = router.Close()
 	_ = gc.Close()
