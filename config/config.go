@@ -42,7 +42,7 @@ import "time"
 
 // The broker kinds that broker.kind accepts.
 const (
-	// KindMemory is the embedded in-process broker (Watermill GoChannel); no
+	// KindMemory is the embedded in-process broker (app/broker/memory); no
 	// service needed. The default.
 	KindMemory = "memory"
 	// KindRabbitMQ is RabbitMQ over AMQP 0-9-1.
@@ -347,9 +347,10 @@ type Broker struct {
 
 // Memory configures the embedded broker.
 type Memory struct {
-	// OutputBuffer is the number of messages each subscriber's channel holds
-	// before publishing blocks. Default 256; at least 1.
-	OutputBuffer int `yaml:"output_buffer" env:"OUTPUT_BUFFER" doc:"Messages each subscriber's channel holds before a publish blocks (at least 1)."`
+	// OutputBuffer is the number of messages each subscription has room for
+	// before its queue grows; publishing never blocks. Default 256; at least
+	// 1.
+	OutputBuffer int `yaml:"output_buffer" env:"OUTPUT_BUFFER" doc:"Messages each subscription has room for before its queue grows; publishing never blocks (at least 1)."`
 }
 
 // RabbitMQ configures the RabbitMQ broker.

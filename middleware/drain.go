@@ -17,14 +17,42 @@ import (
 func Drain(drain context.Context) message.HandlerMiddleware {
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
-			ctx, cancel := context.WithCancel(context.WithoutCancel(msg.Context()))
-			stop := context.AfterFunc(drain, cancel)
-			defer func() {
-				stop()
-				cancel()
-			}()
-			msg.SetContext(ctx)
+			msg.SetContext(drained{Context: drain, values: context.WithoutCancel(msg.Context())})
 			return h(msg)
 		}
 	}
+}
+
+// drained is a delivery's context that ends with drain: its Deadline, Done
+// and Err are drain's (the embedded Context), its values the delivery's.
+//
+// One value per message instead of a cancelable context of its own hung on
+// drain (context.WithCancel over context.WithoutCancel, an AfterFunc and its
+// stop; 5 allocations and a registration in the drain's children per
+// message, and a children map of its own for Timeout's context to register
+// in): what derives a cancelable context from it (Timeout, once per attempt)
+// registers on drain directly through AfterFunc.
+type drained struct {
+	context.Context
+	// values is context.WithoutCancel of the delivery's context: it hides the
+	// delivery's cancellation from the context package, so that
+	// context.Cause and derived contexts see drain's, not the delivery's.
+	values context.Context
+}
+
+func (d drained) Value(key any) any { return d.values.Value(key) }
+
+// AfterFunc lets a context derived from d (context.WithCancel,
+// context.WithDeadline, context.AfterFunc) follow drain without a goroutine
+// of its own: the context package uses it for a parent that is none of its
+// own types.
+func (d drained) AfterFunc(f func()) (stop func() bool) { return context.AfterFunc(d.Context, f) }
+
+func (d drained) String() string { return "middleware.Drain(" + contextName(d.values) + ")" }
+
+func contextName(ctx context.Context) string {
+	if s, ok := ctx.(interface{ String() string }); ok {
+		return s.String()
+	}
+	return "context"
 }

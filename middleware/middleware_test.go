@@ -150,3 +150,21 @@ func TestDuplicateIsAcknowledgedWithoutRetry(t *testing.T) {
 	assert.Equal(t, 1.0, testutil.ToFloat64(m.Duplicates.With(labels)))
 	assert.Equal(t, 0.0, testutil.ToFloat64(m.Failed.With(labels)))
 }
+
+// Observe counts each message under its own queue and handler (the router's
+// context values), also when one Observe sees several routes in turn.
+func TestObserveCountsPerQueueAndHandler(t *testing.T) {
+	t.Parallel()
+	m := middleware.NewMetrics(prometheus.NewRegistry())
+	h := middleware.Observe(slog.New(slog.DiscardHandler), m)(func(*message.Message) ([]*message.Message, error) { return nil, nil })
+	a, b := routerContext(t, "handler-a", "queue-a"), routerContext(t, "handler-b", "queue-b")
+	for _, ctx := range []context.Context{a, a, b, a, b, b, b} {
+		msg := message.NewMessage(watermill.NewUUID(), nil)
+		msg.SetContext(ctx)
+		_, err := h(msg)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, 3.0, testutil.ToFloat64(m.Handled.WithLabelValues("queue-a", "handler-a")))
+	assert.Equal(t, 4.0, testutil.ToFloat64(m.Handled.WithLabelValues("queue-b", "handler-b")))
+	assert.Equal(t, 0.0, testutil.ToFloat64(m.Handled.WithLabelValues("", "")))
+}

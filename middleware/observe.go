@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -63,6 +64,41 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
+// routeMetrics are the collectors of one queue and handler, looked up in
+// the vectors once instead of per message (a labels map and a hash each).
+// Nothing deletes label values from Metrics, so they stay the vectors' own.
+type routeMetrics struct {
+	queue, handler                                     string
+	handled, failed, deadLettered, dropped, duplicates prometheus.Counter
+	duration                                           prometheus.Observer
+}
+
+func (m *Metrics) route(queue, handler string) *routeMetrics {
+	return &routeMetrics{
+		queue: queue, handler: handler,
+		handled:      m.Handled.WithLabelValues(queue, handler),
+		failed:       m.Failed.WithLabelValues(queue, handler),
+		deadLettered: m.DeadLettered.WithLabelValues(queue, handler),
+		dropped:      m.Dropped.WithLabelValues(queue, handler),
+		duplicates:   m.Duplicates.WithLabelValues(queue, handler),
+		duration:     m.Duration.WithLabelValues(queue, handler),
+	}
+}
+
+// routeCache keeps the routeMetrics of the last message's queue and handler:
+// a route's Observe sees one pair only, so it looks them up once.
+type routeCache struct{ last atomic.Pointer[routeMetrics] }
+
+func (c *routeCache) get(m *Metrics, msg *message.Message) *routeMetrics {
+	queue, handler := message.SubscribeTopicFromCtx(msg.Context()), message.HandlerNameFromCtx(msg.Context())
+	if rm := c.last.Load(); rm != nil && rm.queue == queue && rm.handler == handler {
+		return rm
+	}
+	rm := m.route(queue, handler)
+	c.last.Store(rm)
+	return rm
+}
+
 func labelsOf(msg *message.Message) prometheus.Labels {
 	return prometheus.Labels{
 		"queue":   message.SubscribeTopicFromCtx(msg.Context()),
@@ -75,51 +111,57 @@ func labelsOf(msg *message.Message) prometheus.Labels {
 // acknowledged here: its effect already happened.
 func Observe(logger *slog.Logger, m *Metrics) message.HandlerMiddleware {
 	return func(h message.HandlerFunc) message.HandlerFunc {
+		var metrics routeCache
 		return func(msg *message.Message) ([]*message.Message, error) {
 			start := time.Now()
 			oc := &outcome{}
 			msg.SetContext(context.WithValue(msg.Context(), outcomeKey{}, oc))
 			produced, err := h(msg)
-			elapsed := time.Since(start)
-
-			labels := labelsOf(msg)
-			m.Duration.With(labels).Observe(elapsed.Seconds())
-			attrs := []slog.Attr{
-				slog.String("message_id", msg.UUID),
-				slog.String("trace_id", msgctx.TraceID(msg.Context())),
-				slog.String("queue", labels["queue"]),
-				slog.String("handler", labels["handler"]),
-				slog.Duration("took", elapsed),
-			}
-			if err != nil && failure.Of(err) == failure.Duplicate {
-				// The effect already happened: acknowledge, change nothing.
-				m.Duplicates.With(labels).Inc()
-				logger.LogAttrs(msg.Context(), slog.LevelInfo, "duplicate delivery, acknowledged without effect", append(attrs, slog.Any("reason", err))...)
-				return nil, nil
-			}
-			if err != nil {
-				m.Failed.With(labels).Inc()
-				attrs = append(attrs, slog.String("error_class", failure.Of(err).String()))
-				logger.LogAttrs(msg.Context(), levelFor(err), "message failed", append(attrs, slog.Any("error", err))...)
-				return produced, err
-			}
-			switch oc.kind {
-			case outcomeDeadLettered:
-				m.DeadLettered.With(labels).Inc()
-				logger.LogAttrs(msg.Context(), slog.LevelWarn, "message dead-lettered", append(attrs, slog.Any("reason", oc.cause))...)
-			case outcomeDropped:
-				m.Dropped.With(labels).Inc()
-				logger.LogAttrs(msg.Context(), slog.LevelWarn, "message dropped: permanent failure on a route that drops them", append(attrs, slog.Any("reason", oc.cause))...)
-			case outcomeDroppedNoDLQ:
-				m.Dropped.With(labels).Inc()
-				logger.LogAttrs(msg.Context(), slog.LevelError, "message dropped: attempts exhausted and the route has no dead-letter queue", append(attrs, slog.Any("reason", oc.cause))...)
-			default:
-				m.Handled.With(labels).Inc()
-				logger.LogAttrs(msg.Context(), slog.LevelDebug, "message handled", attrs...)
-			}
-			return produced, nil
+			// Everything else is in settle, whose frame is not on the stack
+			// while the handler runs: the router starts each message on a
+			// new goroutine's small stack, which a deep chain must copy.
+			return settle(logger, metrics.get(m, msg), msg, time.Since(start), oc, produced, err)
 		}
 	}
+}
+
+// settle records and logs the outcome of one message (Observe).
+func settle(logger *slog.Logger, m *routeMetrics, msg *message.Message, elapsed time.Duration, oc *outcome, produced []*message.Message, err error) ([]*message.Message, error) {
+	m.duration.Observe(elapsed.Seconds())
+	attrs := []slog.Attr{
+		slog.String("message_id", msg.UUID),
+		slog.String("trace_id", msgctx.TraceID(msg.Context())),
+		slog.String("queue", m.queue),
+		slog.String("handler", m.handler),
+		slog.Duration("took", elapsed),
+	}
+	if err != nil && failure.Of(err) == failure.Duplicate {
+		// The effect already happened: acknowledge, change nothing.
+		m.duplicates.Inc()
+		logger.LogAttrs(msg.Context(), slog.LevelInfo, "duplicate delivery, acknowledged without effect", append(attrs, slog.Any("reason", err))...)
+		return nil, nil
+	}
+	if err != nil {
+		m.failed.Inc()
+		attrs = append(attrs, slog.String("error_class", failure.Of(err).String()))
+		logger.LogAttrs(msg.Context(), levelFor(err), "message failed", append(attrs, slog.Any("error", err))...)
+		return produced, err
+	}
+	switch oc.kind {
+	case outcomeDeadLettered:
+		m.deadLettered.Inc()
+		logger.LogAttrs(msg.Context(), slog.LevelWarn, "message dead-lettered", append(attrs, slog.Any("reason", oc.cause))...)
+	case outcomeDropped:
+		m.dropped.Inc()
+		logger.LogAttrs(msg.Context(), slog.LevelWarn, "message dropped: permanent failure on a route that drops them", append(attrs, slog.Any("reason", oc.cause))...)
+	case outcomeDroppedNoDLQ:
+		m.dropped.Inc()
+		logger.LogAttrs(msg.Context(), slog.LevelError, "message dropped: attempts exhausted and the route has no dead-letter queue", append(attrs, slog.Any("reason", oc.cause))...)
+	default:
+		m.handled.Inc()
+		logger.LogAttrs(msg.Context(), slog.LevelDebug, "message handled", attrs...)
+	}
+	return produced, nil
 }
 
 // levelFor keeps shutdown quiet: a handler cut short by cancellation is not an

@@ -199,7 +199,12 @@ func earlierAttempts(msg *message.Message) int {
 	return n
 }
 
+// parseTime reads a time written by Policy; "" (a first delivery: no
+// failure yet) is the zero time without time.Parse's error, which allocates.
 func parseTime(s string) time.Time {
+	if s == "" {
+		return time.Time{}
+	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
 		return time.Time{}

@@ -27,13 +27,19 @@ func Timeout(d time.Duration) message.HandlerMiddleware {
 			produced, err := h(msg)
 			msg.SetContext(parent)
 			if err != nil && parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				// The handler's own error is kept as text only: a
-				// context.Canceled in it must not read as shutdown.
-				return produced, failure.AsTransient(fmt.Errorf("handler timed out after %s (%s): %w", d, err.Error(), context.DeadlineExceeded), 0)
+				return produced, timedOut(d, err)
 			}
 			return produced, err
 		}
 	}
+}
+
+// timedOut is the error of an attempt past its deadline. The handler's own
+// error is kept as text only: a context.Canceled in it must not read as
+// shutdown. (A function of its own, so that its frame is not on the stack
+// while the handler runs.)
+func timedOut(d time.Duration, err error) error {
+	return failure.AsTransient(fmt.Errorf("handler timed out after %s (%s): %w", d, err.Error(), context.DeadlineExceeded), 0)
 }
 
 // UTF8 refuses a body that is not valid UTF-8 as a permanent failure before

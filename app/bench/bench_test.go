@@ -5,6 +5,7 @@ import (
 	"os"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,16 +14,60 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// pairs builds every pair of the table on the real services, sized by m.
-func pairs(tb testing.TB, m mode) []pair {
+// pairs builds the pairs of the table whose id wanted accepts, on the real
+// services, sized by m. A broker (and its service) is set up only when a
+// wanted pair uses it, so EVENTPIPE_BENCH_IDS=MEM needs no service at all.
+func pairs(tb testing.TB, m mode, wanted func(id string) bool) []pair {
 	tb.Helper()
-	rabbit, pg, mem, sq := rabbitEnv(tb), postgresEnv(tb), memoryEnv(tb), sqsEnv(tb)
-	db := newOutboxDB(tb)
+	rabbit, sq := once(func() *env { return rabbitEnv(tb) }), once(func() *env { return sqsEnv(tb) })
+	var out []pair
+	for _, g := range []struct {
+		ids   []string
+		build func() []pair
+	}{
+		{[]string{"R1", "R2", "R3"}, func() []pair { return rabbitPairs(tb, m, rabbit()) }},
+		{[]string{"PG"}, func() []pair { return postgresPairs(tb, m, postgresEnv(tb)) }},
+		{[]string{"MEM"}, func() []pair { return memoryPairs(tb, m, memoryEnv(tb)) }},
+		{[]string{"SQS", "R7"}, func() []pair { return sqsPairs(tb, m, sq()) }},
+		{[]string{"R5", "R6"}, func() []pair { return outboxPairs(tb, m, rabbit(), sq()) }},
+	} {
+		if slices.ContainsFunc(g.ids, wanted) {
+			out = append(out, g.build()...)
+		}
+	}
+	return out
+}
+
+// once returns a function that calls build the first time and then returns
+// what it returned.
+func once(build func() *env) func() *env {
+	var e *env
+	return func() *env {
+		if e == nil {
+			e = build()
+		}
+		return e
+	}
+}
+
+// wantedIDs reads EVENTPIPE_BENCH_IDS, a comma-separated list of row ids
+// (R1, R2, R3, PG, MEM, SQS, R7, R5, R6); unset or empty wants every id.
+func wantedIDs() func(id string) bool {
+	list := os.Getenv("EVENTPIPE_BENCH_IDS")
+	if strings.TrimSpace(list) == "" {
+		return func(string) bool { return true }
+	}
+	ids := strings.Split(list, ",")
+	for i := range ids {
+		ids[i] = strings.TrimSpace(ids[i])
+	}
+	return func(id string) bool { return slices.Contains(ids, id) }
+}
+
+func rabbitPairs(tb testing.TB, m mode, rabbit *env) []pair {
 	r1, r3 := atLeast(0.9), atLeast(0.8)
 	p99 := &check{target: "p99 ≤ 1.5× baseline", pass: func(o, b summary) bool { return o.p99 <= 1.5*b.p99 }}
-	calls := &check{target: "≤ 0.35 calls/msg", pass: func(o, _ summary) bool { return o.calls <= 0.35 }}
 	var out []pair
-
 	// R1: publish, persistent with confirms; one message per call from 4
 	// goroutines (each call waits for its confirm) and 100 per call
 	// (confirms pipelined).
@@ -40,46 +85,60 @@ func pairs(tb testing.TB, m mode) []pair {
 	// R2, R3.
 	out = append(out, rabbit.consumePair(tb, "R2", m.n(20000), 256, rabbitSettings, nil))
 	rabbitCap := &capacity{fallback: 4000}
-	out = append(out,
+	return append(out,
 		rabbit.e2ePair(tb, "R3", throughput, m.n(20000), 4, 10, 256, rabbitSettings, nil, rabbitCap, r3),
 		rabbit.e2ePair(tb, "R3", latency, m.n(20000), 16, 1, 256, rabbitSettings, rabbitCap, nil, p99))
+}
 
-	// The same on the Postgres broker.
+// postgresPairs: the same on the Postgres broker.
+func postgresPairs(tb testing.TB, m mode, pg *env) []pair {
 	pgCap := &capacity{fallback: 2000}
-	out = append(out,
+	return []pair{
 		pg.publishPair(tb, "PG", m.n(4000), 4, 1, 256, postgresSettings, nil),
 		pg.publishPair(tb, "PG", m.n(20000), 1, 100, 256, postgresSettings, nil),
 		pg.consumePair(tb, "PG", m.n(10000), 256, postgresSettings, nil),
 		pg.e2ePair(tb, "PG", throughput, m.n(10000), 4, 10, 256, postgresSettings, nil, pgCap),
-		pg.e2ePair(tb, "PG", latency, m.n(10000), 16, 1, 256, postgresSettings, pgCap, nil))
+		pg.e2ePair(tb, "PG", latency, m.n(10000), 16, 1, 256, postgresSettings, pgCap, nil),
+	}
+}
 
-	// The embedded broker (it keeps nothing for absent consumers: no
-	// consume-a-backlog pair).
+// memoryPairs: the embedded broker (it keeps nothing for absent consumers:
+// no consume-a-backlog pair).
+func memoryPairs(tb testing.TB, m mode, mem *env) []pair {
 	memCap := &capacity{fallback: 20000}
-	out = append(out,
+	return []pair{
 		mem.publishPair(tb, "MEM", m.n(100000), 4, 1, 256, memorySettings, nil),
 		mem.e2ePair(tb, "MEM", throughput, m.n(100000), 4, 10, 256, memorySettings, nil, memCap),
-		mem.e2ePair(tb, "MEM", latency, m.n(100000), 16, 1, 256, memorySettings, memCap, nil))
+		mem.e2ePair(tb, "MEM", latency, m.n(100000), 16, 1, 256, memorySettings, memCap, nil),
+	}
+}
 
-	// R7: SQS on the emulator; the end-to-end pair also counts API calls.
+// sqsPairs: R7, SQS on the emulator; the end-to-end pair also counts API
+// calls.
+func sqsPairs(tb testing.TB, m mode, sq *env) []pair {
+	calls := &check{target: "≤ 0.35 calls/msg", pass: func(o, _ summary) bool { return o.calls <= 0.35 }}
 	sqsCap := &capacity{fallback: 500}
 	e2e := sq.e2ePair(tb, "SQS", throughput, m.n(3000), 4, 10, 256, sqsSettings, nil, sqsCap)
 	e2e.callsID, e2e.callsCheck = "R7", calls
-	out = append(out,
+	return []pair{
 		sq.publishPair(tb, "SQS", m.n(3000), 4, 10, 256, sqsSettings, nil),
 		sq.consumePair(tb, "SQS", m.n(3000), 256, sqsSettings, nil),
 		e2e,
-		sq.e2ePair(tb, "SQS", latency, m.n(3000), 16, 1, 256, sqsSettings, sqsCap, nil))
+		sq.e2ePair(tb, "SQS", latency, m.n(3000), 16, 1, 256, sqsSettings, sqsCap, nil),
+	}
+}
 
-	// R5, R6: outbox and inbox.
+// outboxPairs: R5, R6, the outbox and the inbox.
+func outboxPairs(tb testing.TB, m mode, rabbit, sq *env) []pair {
+	db := newOutboxDB(tb)
 	rawAMQP := rabbit.base.(*amqpPipe)
 	rawSQS := &sqsBatchPublisher{client: sqsAdminClient(tb), urls: map[string]string{}}
-	out = append(out,
+	return []pair{
 		writePair(tb, db, m.n(3000), 256),
 		relayPair(tb, db, rabbit, m.n(10000), 256, rabbit.ours.(eventpipePipe).ps, rawAMQP.publish, "amqp091-go, confirms pipelined"),
 		relayPair(tb, db, sq, m.n(3000), 256, sq.ours.(eventpipePipe).ps, rawSQS.publish, "AWS SDK SendMessageBatch ×10"),
-		inboxPair(tb, db, m.n(5000), 4))
-	return out
+		inboxPair(tb, db, m.n(5000), 4),
+	}
 }
 
 // TestBenchTable runs every pair and prints one table. It is a benchmark run
@@ -94,13 +153,14 @@ func TestBenchTable(t *testing.T) {
 			m = quickMode
 		}
 	}
-	// EVENTPIPE_BENCH_ONLY=<regexp> runs the pairs whose id, scenario and
-	// settings match, for tuning one figure at a time.
+	// EVENTPIPE_BENCH_IDS=<ids> builds only the pairs of those ids (and
+	// only their brokers); EVENTPIPE_BENCH_ONLY=<regexp> runs the pairs
+	// whose id, scenario and settings match, for tuning one figure at a time.
 	only, err := regexp.Compile(os.Getenv("EVENTPIPE_BENCH_ONLY"))
 	require.NoError(t, err, "EVENTPIPE_BENCH_ONLY")
 	start := time.Now()
 	var rows []Row
-	for _, p := range pairs(t, m) {
+	for _, p := range pairs(t, m, wantedIDs()) {
 		if !only.MatchString(p.id + " " + p.scenario + " " + p.settings) {
 			continue
 		}
@@ -128,11 +188,12 @@ func TestBenchTable(t *testing.T) {
 }
 
 // BenchmarkPairs runs every side of every pair as a plain benchmark, one
-// repetition per iteration, at the quick size:
+// repetition per iteration, at the quick size (EVENTPIPE_BENCH_IDS applies):
 //
 //	go test -run '^$' -bench . ./app/bench
+//	EVENTPIPE_BENCH_IDS=MEM go test -run '^$' -bench 'Pairs/MEM_memory_end_to_end$/' ./app/bench
 func BenchmarkPairs(b *testing.B) {
-	for i, p := range pairs(b, quickMode) {
+	for i, p := range pairs(b, quickMode, wantedIDs()) {
 		for _, s := range p.sides {
 			name := fmt.Sprintf("%02d_%s_%s/%s", i, p.id, p.scenario, s.name)
 			b.Run(strings.ReplaceAll(name, " ", "_"), func(b *testing.B) {

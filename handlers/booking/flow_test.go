@@ -230,14 +230,6 @@ func testOrder(t *testing.T, b testbrokers.Kind) {
 		for _, ev := range evs {
 			got = append(got, ev.EventID)
 		}
-		if b.Name == "memory" {
-			// The embedded broker (Watermill GoChannel) hands each message
-			// to the subscriber in its own goroutine: it does not keep
-			// publish order, within a session or otherwise. Not fixable
-			// in this package (app/broker/memory); reported.
-			assert.ElementsMatch(t, want[sid], got, "session %s: every event, once", sid)
-			continue
-		}
 		assert.Equal(t, want[sid], got, "session %s in publish order", sid)
 	}
 	testbrokers.NoMessage(t, f.dlq, 500*time.Millisecond, "dead letter")
@@ -311,11 +303,6 @@ func testOrderUnderFailure(t *testing.T, b testbrokers.Kind) {
 	var got []string
 	for _, ev := range evs {
 		got = append(got, ev.EventID)
-	}
-	if b.Name == "memory" {
-		// The embedded broker does not keep publish order (testOrder).
-		assert.ElementsMatch(t, want, got)
-		return
 	}
 	assert.Equal(t, want, got, "publish order, the failed event in its place")
 	testbrokers.NoMessage(t, f.dlq, 500*time.Millisecond, "dead letter")

@@ -1,23 +1,34 @@
-// Package memory is the embedded broker: Watermill's GoChannel, in-process and
-// with no service to run. It is the default for `make run` and for tests of
-// code above the broker.
+// Package memory is the embedded broker: in-process, with no service to run.
+// It is the default for `make run` and for tests of code above the broker.
 //
-// Unlike a queue, GoChannel gives every subscriber of a topic every message
-// (fan-out), and a message published while nobody subscribes is lost unless
-// Persistent is set. eventpipe's router subscribes every route before anything
-// publishes, so the default keeps no history and so no unbounded memory.
+// It behaves as Watermill's GoChannel, which it replaced (decision 0021),
+// did: every subscriber of a topic gets every message (fan-out), and a
+// message published while nobody subscribes is lost unless Persistent is
+// set. eventpipe's router subscribes every route before anything publishes,
+// so the default keeps no history and so no unbounded memory. Publishing
+// never waits for a consumer.
+//
+// Each subscription hands out one message at a time, in publish order, the
+// next once that one is acked or nacked; a nacked message goes behind the
+// ones already queued (as a queue's failed message waits out its visibility
+// timeout while the others go on) and comes back with its attempt count
+// (metadata.AttemptKey). One goroutine per subscription does all of it.
+// GoChannel started two goroutines per message and subscriber, and counting
+// attempts on top of it took a relay goroutine and a hand-off per message
+// more.
 package memory
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/metadata"
@@ -25,7 +36,8 @@ import (
 
 // Config configures the embedded broker.
 type Config struct {
-	// OutputBuffer is the size of each subscriber's channel. Default 256.
+	// OutputBuffer is how many messages each subscription has room for
+	// before its queue grows. Publishing never blocks. Default 256.
 	OutputBuffer int64
 	// Persistent keeps every published message so that later subscribers get
 	// it too. It grows without bound: for tests, not for long runs.
@@ -46,12 +58,28 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// ErrClosed is returned by Publish and Subscribe after Close.
+var ErrClosed = errors.New("memory: pub/sub closed")
+
 // PubSub is the embedded broker. It implements broker.PubSub and broker.Pinger.
 type PubSub struct {
-	*gochannel.GoChannel
+	cfg    Config
+	logger watermill.LoggerAdapter
+
+	mu     sync.Mutex
+	closed bool
+	topics map[string]*topic
+
 	closing   chan struct{}
 	closeOnce sync.Once
-	relays    sync.WaitGroup
+	running   sync.WaitGroup
+}
+
+// topic is what the broker knows of one topic: its subscriptions and, when
+// Persistent, every message published to it.
+type topic struct {
+	subs    []*subscription
+	history []*message.Message
 }
 
 var (
@@ -68,97 +96,221 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*PubSub, error) {
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	return &PubSub{
-		GoChannel: gochannel.NewGoChannel(gochannel.Config{
-			OutputChannelBuffer: cfg.OutputBuffer,
-			Persistent:          cfg.Persistent,
-		}, logger),
-		closing: make(chan struct{}),
-	}, nil
+	return &PubSub{cfg: cfg, logger: logger, topics: map[string]*topic{}, closing: make(chan struct{})}, nil
 }
 
-// Publish checks the payload limit, then hands the messages to GoChannel.
-func (p *PubSub) Publish(topic string, msgs ...*message.Message) error {
+// Publish checks the payload limit, then queues a copy of each message (its
+// UUID, metadata and payload; not its context) for every subscription of
+// topic.
+func (p *PubSub) Publish(topicName string, msgs ...*message.Message) error {
 	if err := broker.CheckPayloads(msgs); err != nil {
 		return err
 	}
-	return p.GoChannel.Publish(topic, msgs...)
+	copies := make([]*message.Message, len(msgs))
+	for i, msg := range msgs {
+		copies[i] = msg.Copy()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return fmt.Errorf("publish to %s: %w", topicName, ErrClosed)
+	}
+	t := p.topics[topicName]
+	if t == nil {
+		if !p.cfg.Persistent {
+			for _, msg := range copies {
+				p.logger.Info("No subscribers to send message", watermill.LogFields{"message_uuid": msg.UUID, "topic": topicName})
+			}
+			return nil
+		}
+		t = &topic{}
+		p.topics[topicName] = t
+	}
+	if p.cfg.Persistent {
+		t.history = append(t.history, copies...)
+	}
+	for _, s := range t.subs {
+		s.push(copies)
+	}
+	return nil
 }
 
-// Subscribe subscribes to topic. Every delivered message carries
-// metadata.AttemptKey — how often this subscription was given the message before
-// (GoChannel redelivers a nacked message to the same subscriber at once) — and,
-// on a redelivery, metadata.FirstFailureKey: when it was first nacked.
-func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	in, err := p.GoChannel.Subscribe(ctx, topic)
-	if err != nil {
-		return nil, err
+// Subscribe subscribes to topic until ctx ends or the broker closes; then the
+// channel closes. Every delivered message carries metadata.AttemptKey — how
+// often this subscription was given the message before — and, on a
+// redelivery, metadata.FirstFailureKey: when it was first nacked. Its context
+// is ctx's, cancelled once the delivery is acked or nacked.
+func (p *PubSub) Subscribe(ctx context.Context, topicName string) (<-chan *message.Message, error) {
+	s := &subscription{wake: make(chan struct{}, 1), queue: make([]*pending, 0, p.cfg.OutputBuffer)}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, fmt.Errorf("subscribe to %s: %w", topicName, ErrClosed)
 	}
+	t := p.topics[topicName]
+	if t == nil {
+		t = &topic{}
+		p.topics[topicName] = t
+	}
+	s.push(t.history)
+	t.subs = append(t.subs, s)
+	p.running.Add(1)
+	p.mu.Unlock()
+
 	out := make(chan *message.Message)
-	p.relays.Go(func() { countAttempts(ctx, p.closing, in, out) })
+	go func() {
+		defer p.running.Done()
+		defer close(out)
+		defer p.unsubscribe(topicName, s)
+		s.run(ctx, p.closing, out)
+	}()
 	return out, nil
 }
 
-// countAttempts relays one subscription's messages, numbering the attempts.
-// GoChannel redelivers a nacked message to the same subscriber, but several
-// messages may be in flight to it at once (each waits for its ack in its own
-// goroutine), so the counts are kept per message id and dropped on ack.
-func countAttempts(ctx context.Context, closing <-chan struct{}, in <-chan *message.Message, out chan<- *message.Message) {
-	defer close(out)
-	type history struct {
-		attempts     int
-		firstFailure time.Time
+func (p *PubSub) unsubscribe(topicName string, s *subscription) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t := p.topics[topicName]
+	if t == nil {
+		return
 	}
-	seen := map[string]history{}
-	for msg := range in {
-		h := seen[msg.UUID]
-		msg.Metadata.Set(metadata.AttemptKey, strconv.Itoa(h.attempts))
-		delete(msg.Metadata, metadata.FirstFailureKey)
-		if !h.firstFailure.IsZero() {
-			msg.Metadata.Set(metadata.FirstFailureKey, h.firstFailure.Format(time.RFC3339Nano))
-		}
-		select {
-		case out <- msg:
-		case <-ctx.Done():
-			// GoChannel stops too; drain so it is never blocked on us.
-			for range in {
-			}
-			return
-		case <-closing:
-			for range in {
-			}
-			return
-		}
-		select {
-		case <-msg.Acked():
-			delete(seen, msg.UUID)
-		case <-msg.Nacked():
-			h.attempts++
-			if h.firstFailure.IsZero() {
-				h.firstFailure = time.Now().UTC()
-			}
-			seen[msg.UUID] = h
-		case <-ctx.Done():
-			for range in {
-			}
-			return
-		case <-closing:
-			for range in {
-			}
-			return
-		}
+	t.subs = slices.DeleteFunc(t.subs, func(x *subscription) bool { return x == s })
+	if len(t.subs) == 0 && !p.cfg.Persistent {
+		delete(p.topics, topicName)
 	}
 }
 
-// Close closes the broker: subscriptions end and their channels close.
+// Close closes the broker: every subscription ends and its channel closes; a
+// message handed out and not yet acked is dropped (its context cancelled).
 func (p *PubSub) Close() error {
-	p.closeOnce.Do(func() { close(p.closing) })
-	err := p.GoChannel.Close()
-	// Closing GoChannel closes what the relays read; once they are done,
-	// every subscription's channel is closed.
-	p.relays.Wait()
-	return err
+	p.closeOnce.Do(func() {
+		p.mu.Lock()
+		p.closed = true
+		close(p.closing)
+		p.mu.Unlock()
+		p.running.Wait()
+		p.mu.Lock()
+		p.topics = map[string]*topic{}
+		p.mu.Unlock()
+	})
+	return nil
 }
 
 // Ping always succeeds: the broker lives in this process.
 func (p *PubSub) Ping(context.Context) error { return nil }
+
+// subscription is one subscriber's queue of messages and the goroutine that
+// hands them out (run).
+type subscription struct {
+	mu    sync.Mutex
+	queue []*pending
+	// wake has room for one signal: something was queued.
+	wake chan struct{}
+}
+
+// pending is a message waiting in one subscription's queue, with what the
+// subscription knows of its earlier deliveries.
+type pending struct {
+	msg          *message.Message
+	attempts     int
+	firstFailure time.Time
+}
+
+func (s *subscription) push(msgs []*message.Message) {
+	if len(msgs) == 0 {
+		return
+	}
+	s.mu.Lock()
+	for _, msg := range msgs {
+		s.queue = append(s.queue, &pending{msg: msg})
+	}
+	s.mu.Unlock()
+	s.signal()
+}
+
+func (s *subscription) requeue(p *pending) {
+	s.mu.Lock()
+	s.queue = append(s.queue, p)
+	s.mu.Unlock()
+	s.signal()
+}
+
+func (s *subscription) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pop returns the next queued message, or nil when there is none.
+func (s *subscription) pop() *pending {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) == 0 {
+		return nil
+	}
+	p := s.queue[0]
+	s.queue[0] = nil
+	s.queue = s.queue[1:]
+	return p
+}
+
+// run hands out the queued messages one by one until ctx ends or closing
+// closes.
+func (s *subscription) run(ctx context.Context, closing <-chan struct{}, out chan<- *message.Message) {
+	for {
+		p := s.pop()
+		if p == nil {
+			select {
+			case <-s.wake:
+				continue
+			case <-ctx.Done():
+				return
+			case <-closing:
+				return
+			}
+		}
+		acked, ok := deliver(ctx, closing, out, p)
+		if !ok {
+			return
+		}
+		if !acked {
+			p.attempts++
+			if p.firstFailure.IsZero() {
+				p.firstFailure = time.Now().UTC()
+			}
+			s.requeue(p)
+		}
+	}
+}
+
+// deliver hands a copy of p's message to out and waits for its ack (true) or
+// nack (false); ok is false when ctx ended or closing closed first.
+func deliver(ctx context.Context, closing <-chan struct{}, out chan<- *message.Message, p *pending) (acked, ok bool) {
+	d := p.msg.Copy()
+	d.Metadata.Set(metadata.AttemptKey, strconv.Itoa(p.attempts))
+	delete(d.Metadata, metadata.FirstFailureKey)
+	if !p.firstFailure.IsZero() {
+		d.Metadata.Set(metadata.FirstFailureKey, p.firstFailure.Format(time.RFC3339Nano))
+	}
+	dctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	d.SetContext(dctx)
+	select {
+	case out <- d:
+	case <-ctx.Done():
+		return false, false
+	case <-closing:
+		return false, false
+	}
+	select {
+	case <-d.Acked():
+		return true, true
+	case <-d.Nacked():
+		return false, true
+	case <-ctx.Done():
+		return false, false
+	case <-closing:
+		return false, false
+	}
+}

@@ -66,7 +66,8 @@ func TestConfigValidate(t *testing.T) {
 }
 
 // Two messages failing on one subscription at the same time each keep their
-// own attempt count (GoChannel interleaves their redeliveries).
+// own attempt count: a nacked message goes behind the ones already queued,
+// so their redeliveries interleave.
 func TestAttemptsPerMessage(t *testing.T) {
 	t.Parallel()
 	ps, err := memory.New(memory.Config{}, nil)
@@ -90,4 +91,104 @@ func TestAttemptsPerMessage(t *testing.T) {
 		m.Nack()
 	}
 	assert.Len(t, last, 2, "both messages redelivered")
+}
+
+// A subscription hands out one message at a time, in publish order: the next
+// only after the ack.
+func TestOneAtATimeInPublishOrder(t *testing.T) {
+	t.Parallel()
+	ps, err := memory.New(memory.Config{}, nil)
+	require.NoError(t, err)
+	defer func() { _ = ps.Close() }()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	msgs, err := ps.Subscribe(ctx, "t")
+	require.NoError(t, err)
+	var want []string
+	for i := range 50 {
+		id := strconv.Itoa(i)
+		want = append(want, id)
+		require.NoError(t, ps.Publish("t", message.NewMessage(id, nil)))
+	}
+	var got []string
+	for range want {
+		m := brokertest.Next(t, msgs, 5*time.Second)
+		select {
+		case extra := <-msgs:
+			require.FailNow(t, "a second message before the ack", extra.UUID)
+		case <-time.After(time.Millisecond):
+		}
+		got = append(got, m.UUID)
+		m.Ack()
+	}
+	assert.Equal(t, want, got)
+}
+
+// Publishing does not wait for a slow subscriber, and a message published
+// before anyone subscribed is not delivered (not persistent).
+func TestPublishDoesNotWaitForConsumers(t *testing.T) {
+	t.Parallel()
+	ps, err := memory.New(memory.Config{OutputBuffer: 1}, nil)
+	require.NoError(t, err)
+	defer func() { _ = ps.Close() }()
+	require.NoError(t, ps.Publish("t", message.NewMessage("early", nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	msgs, err := ps.Subscribe(ctx, "t")
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		for i := range 1000 {
+			if err := ps.Publish("t", message.NewMessage(strconv.Itoa(i), nil)); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		require.FailNow(t, "publish waited for the consumer")
+	}
+	m := brokertest.Next(t, msgs, 5*time.Second)
+	assert.Equal(t, "0", m.UUID, "the message published before the subscription is lost")
+	m.Ack()
+
+	require.NoError(t, ps.Close())
+	require.ErrorIs(t, ps.Publish("t", message.NewMessage("late", nil)), memory.ErrClosed)
+	_, err = ps.Subscribe(ctx, "t")
+	require.ErrorIs(t, err, memory.ErrClosed)
+}
+
+// A redelivery says when the message first failed; a first delivery says
+// nothing, whatever the publisher put there.
+func TestRedeliveryCarriesFirstFailure(t *testing.T) {
+	t.Parallel()
+	ps, err := memory.New(memory.Config{}, nil)
+	require.NoError(t, err)
+	defer func() { _ = ps.Close() }()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	msgs, err := ps.Subscribe(ctx, "t")
+	require.NoError(t, err)
+	sent := message.NewMessage("a", nil)
+	sent.Metadata.Set(metadata.FirstFailureKey, "forged")
+	require.NoError(t, ps.Publish("t", sent))
+
+	m := brokertest.Next(t, msgs, 5*time.Second)
+	assert.Empty(t, m.Metadata.Get(metadata.FirstFailureKey))
+	m.Nack()
+	var first string
+	for range 2 {
+		m = brokertest.Next(t, msgs, 5*time.Second)
+		if first == "" {
+			first = m.Metadata.Get(metadata.FirstFailureKey)
+			_, err := time.Parse(time.RFC3339Nano, first)
+			require.NoError(t, err)
+		}
+		assert.Equal(t, first, m.Metadata.Get(metadata.FirstFailureKey))
+		m.Nack()
+	}
 }
