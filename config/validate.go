@@ -193,6 +193,9 @@ func (c Config) Validate() error {
 	if c.Admin.Addr != "" {
 		checkAddr(&ps, "admin.addr", c.Admin.Addr)
 	}
+	if c.Booking.GatewayAddr != "" {
+		checkAddr(&ps, "booking.gateway_addr", c.Booking.GatewayAddr)
+	}
 
 	oneOf(&ps, "log.level", c.Log.Level, LevelDebug, LevelInfo, LevelWarn, LevelError)
 	oneOf(&ps, "log.format", c.Log.Format, FormatText, FormatJSON)
