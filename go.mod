@@ -25,6 +25,7 @@ require (
 	github.com/robfig/cron/v3 v3.0.1
 	github.com/spf13/cobra v1.10.2
 	github.com/stretchr/testify v1.12.1
+	github.com/zishang520/socket.io/servers/socket/v3 v3.0.6
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp v1.47.0
 	go.opentelemetry.io/otel/exporters/stdout/stdouttrace v1.47.0
@@ -95,7 +96,6 @@ require (
 	github.com/zishang520/socket.io/parsers/engine/v3 v3.0.6 // indirect
 	github.com/zishang520/socket.io/parsers/socket/v3 v3.0.6 // indirect
 	github.com/zishang520/socket.io/servers/engine/v3 v3.0.6 // indirect
-	github.com/zishang520/socket.io/servers/socket/v3 v3.0.6 // indirect
 	github.com/zishang520/socket.io/v3 v3.0.6 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.47.0 // indirect
