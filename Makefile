@@ -11,7 +11,7 @@ GOLANGCI_VERSION := v2.15.0
 TEST_TIMEOUT ?= 30m
 COMPOSE   := docker compose -f compose/docker-compose.yml
 
-.PHONY: definitions all build run test test-short services services-stop chromium lint fmt up down clean help
+.PHONY: definitions all build run test test-short services services-stop chromium socketio-client lint fmt up down clean help
 
 all: build
 
@@ -26,7 +26,7 @@ run: build ## run the demo on the embedded memory broker (no services needed); C
 		EVENTPIPE_INTERVIEWS_ENABLED=true EVENTPIPE_INTERVIEWS_SAMPLE_TRAFFIC=true \
 		EVENTPIPE_STACKUP_ENABLED=true EVENTPIPE_STACKUP_SAMPLE_INTERVAL=3s \
 		EVENTPIPE_DISPUTES_ENABLED=true EVENTPIPE_DISPUTES_SAMPLE_TRAFFIC=true \
-		EVENTPIPE_BOOKING_ENABLED=true EVENTPIPE_BOOKING_SAMPLE_TRAFFIC=true \
+		EVENTPIPE_BOOKING_ENABLED=true EVENTPIPE_BOOKING_SAMPLE_TRAFFIC=true EVENTPIPE_BOOKING_GATEWAY_ADDR=127.0.0.1:8081 \
 		EVENTPIPE_JOINLINK_ENABLED=true EVENTPIPE_JOINLINK_SAMPLE_TRAFFIC=true EVENTPIPE_JOINLINK_ENABLE_SCHEDULER=true \
 		EVENTPIPE_REALTIME_TOKEN_SECRET=make-run-demo-secret-not-for-production-use \
 		EVENTPIPE_ADMIN_TOKEN_SECRET=make-run-demo-admin-secret-not-for-production ./$(BIN) serve
@@ -38,7 +38,7 @@ services-stop: ## stop the SQS emulator started by `make services`
 	.ci/sqs-emulator stop
 
 # -count=1: results of tests that talk to services must never come from the cache.
-test: services chromium ## run the whole test suite against the real services
+test: services chromium socketio-client ## run the whole test suite against the real services
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 test-short: ## unit tests only, no services
@@ -78,6 +78,9 @@ chaos: services ## fault-injection harness: kills, SIGTERMs, cut/stalled connect
 
 chromium: ## make sure headless Chromium is installed (the realtime demo page's browser test)
 	.ci/chromium
+
+socketio-client: ## install the npm socket.io-client the booking gateway's interop tests drive
+	.ci/socketio-client
 
 definitions: ## regenerate compose/rabbitmq/definitions.json from config/topology/*.yaml
 	$(GO) run ./app/cmd/eventpipe topology export $(addprefix -f ,$(sort $(wildcard config/topology/*.yaml))) > compose/rabbitmq/definitions.json

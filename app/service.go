@@ -358,9 +358,10 @@ func (s *Service) AdminAddr() string {
 	return s.admin.Addr().String()
 }
 
-// Run consumes until ctx ends, then drains in order: intake stops and
-// in-flight messages finish (up to serve.shutdown_timeout); then the specs'
-// workers stop; then the HTTP servers, the broker and the database close. It
+// Run consumes until ctx ends, then drains in order: intake stops — the
+// specs' intake servers (gateways) first, then the router's — and in-flight
+// messages finish (up to serve.shutdown_timeout); then the specs' workers
+// stop; then the other HTTP servers, the broker and the database close. It
 // returns nil after a clean shutdown.
 func (s *Service) Run(ctx context.Context) error {
 	servers, err := s.startServers(ctx)
@@ -405,6 +406,9 @@ func (s *Service) Run(ctx context.Context) error {
 	case <-ctx.Done():
 		s.logger.Info("shutting down: stopping intake, finishing in-flight messages",
 			slog.Duration("timeout", s.cfg.Serve.ShutdownTimeout))
+		// The specs' gateways first: what they accept after this would be
+		// enqueued behind a router that no longer consumes.
+		servers.shutdownIntake()
 		// Close stops intake and waits up to serve.shutdown_timeout for the
 		// in-flight handlers, whose contexts live on until then (their
 		// publishes still go out: the broker stays open).
@@ -485,6 +489,9 @@ type runningServers struct {
 	servers []*http.Server
 	// before[i] runs before servers[i] shuts down; nil for none.
 	before []func()
+	// intake[i] marks servers[i] as a spec.Server.Intake; down[i] that it
+	// was shut down.
+	intake, down []bool
 }
 
 // startServers starts the admin server and the specs' servers, after each
@@ -492,8 +499,9 @@ type runningServers struct {
 func (s *Service) startServers(ctx context.Context) (*runningServers, error) {
 	var g errgroup.Group
 	rs := &runningServers{wait: g.Wait}
-	serve := func(name string, srv *http.Server, l net.Listener, before func()) {
+	serve := func(name string, srv *http.Server, l net.Listener, before func(), intake bool) {
 		rs.servers, rs.before = append(rs.servers, srv), append(rs.before, before)
+		rs.intake, rs.down = append(rs.intake, intake), append(rs.down, false)
 		g.Go(func() error {
 			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				s.logger.Error("http server stopped", slog.String("server", name), slog.Any("error", err))
@@ -503,7 +511,7 @@ func (s *Service) startServers(ctx context.Context) (*runningServers, error) {
 		s.logger.Info("http server listening", slog.String("server", name), slog.String("addr", l.Addr().String()))
 	}
 	if s.admin != nil {
-		serve("admin", &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}, s.admin, nil)
+		serve("admin", &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}, s.admin, nil, false)
 	}
 	for _, b := range s.specs {
 		if b.parts.Start != nil {
@@ -516,22 +524,27 @@ func (s *Service) startServers(ctx context.Context) (*runningServers, error) {
 			// No WriteTimeout: a spec's server may stream; handlers set
 			// their own deadlines per write.
 			serve(srv.Name, &http.Server{Handler: srv.Handler, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute},
-				b.listeners[i], srv.BeforeShutdown)
+				b.listeners[i], srv.BeforeShutdown, srv.Intake)
 		}
 	}
 	return rs, nil
 }
 
-// shutdown ends every server, each after its BeforeShutdown hook, waiting at
-// most 5 s for each.
-func (rs *runningServers) shutdown() {
-	for i, srv := range rs.servers {
-		if rs.before[i] != nil {
-			rs.before[i]()
+// shutdownIntake ends the intake servers (spec.Server.Intake), as shutdown
+// does.
+func (rs *runningServers) shutdownIntake() {
+	for i := range rs.servers {
+		if rs.intake[i] {
+			rs.shutdownOne(i)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = srv.Shutdown(ctx)
-		cancel()
+	}
+}
+
+// shutdown ends every server still running, the intake servers first.
+func (rs *runningServers) shutdown() {
+	rs.shutdownIntake()
+	for i := range rs.servers {
+		rs.shutdownOne(i)
 	}
 	_ = rs.wait()
 }
@@ -541,6 +554,21 @@ func (s *Service) closeVerifier() {
 	if s.verifier != nil {
 		s.verifier.Close()
 	}
+}
+
+// shutdownOne ends servers[i] once, after its BeforeShutdown hook, waiting at
+// most 5 s for its requests.
+func (rs *runningServers) shutdownOne(i int) {
+	if rs.down[i] {
+		return
+	}
+	rs.down[i] = true
+	if rs.before[i] != nil {
+		rs.before[i]()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = rs.servers[i].Shutdown(ctx)
+	cancel()
 }
 
 func (s *Service) closeResources() {

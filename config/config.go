@@ -129,6 +129,14 @@ type Booking struct {
 	// SampleTraffic enqueues one booking session's events over both
 	// transports (one event twice) when serve starts (make run).
 	SampleTraffic bool `yaml:"sample_traffic" env:"SAMPLE_TRAFFIC" doc:"At start, enqueue a sample booking session's events over HTTP and Socket.IO, one of them on both (make run)."`
+	// GatewayAddr is the host:port of the widget's gateway: the HTTP
+	// controller (POST /booking-session/events) and the Socket.IO v4 server
+	// (namespace /booking-session, event session-event), both enqueueing
+	// through the one producer. Default "": off, since the gateway is the
+	// spec's public entry path and where it listens is the operator's choice
+	// (a loopback default would also collide between instances and tests
+	// that enable the spec on one machine). Port 0 picks a free port.
+	GatewayAddr string `yaml:"gateway_addr" env:"GATEWAY_ADDR" doc:"host:port of the widget's gateway (POST /booking-session/events; Socket.IO v4 namespace /booking-session, event session-event); empty turns it off."`
 }
 
 // JoinLink configures the join-link scheduled-generation spec

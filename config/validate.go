@@ -203,6 +203,9 @@ func (c Config) Validate() error {
 	if l := c.Admin.TokenLeeway; l < 0 || l > 5*time.Minute {
 		ps.add("admin.token_leeway", "%s is out of range 0s..5m0s", l)
 	}
+	if c.Booking.GatewayAddr != "" {
+		checkAddr(&ps, "booking.gateway_addr", c.Booking.GatewayAddr)
+	}
 
 	oneOf(&ps, "log.level", c.Log.Level, LevelDebug, LevelInfo, LevelWarn, LevelError)
 	oneOf(&ps, "log.format", c.Log.Format, FormatText, FormatJSON)

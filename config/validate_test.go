@@ -158,6 +158,15 @@ func TestValidate(t *testing.T) {
 			want:   []config.Problem{{Path: "admin.addr", Message: `":99999" has an invalid port: want a number in 0..65535`}},
 		},
 		{
+			name:   "booking gateway addr",
+			modify: func(c *config.Config) { c.Booking.GatewayAddr = "8081" },
+			want:   []config.Problem{{Path: "booking.gateway_addr", Message: `"8081" is not host:port (e.g. 127.0.0.1:9090; "" turns it off)`}},
+		},
+		{
+			name:   "booking gateway on loopback, any free port",
+			modify: func(c *config.Config) { c.Booking.Enabled, c.Booking.GatewayAddr = true, "127.0.0.1:0" },
+		},
+		{
 			name:   "admin off, or on every interface",
 			modify: func(c *config.Config) { c.Admin.Addr = "" },
 		},

@@ -144,6 +144,11 @@ type Server struct {
 	// BeforeShutdown, when set, ends long-lived requests (event streams)
 	// before the server shuts down, which would otherwise wait for them.
 	BeforeShutdown func()
+	// Intake marks a server that takes work in (a gateway that enqueues):
+	// serve's drain shuts it down first, before intake from the broker
+	// stops, so that nothing is accepted after the drain began. Other
+	// servers (event streams, APIs) shut down after the workers stopped.
+	Intake bool
 }
 
 // CommandEnv is what a module's commands get from the command line.

@@ -16,6 +16,19 @@
 // (5-minute window); on the other brokers ".fifo" is only a name and the
 // consumer's inbox is the gate.
 //
+// # Gateway
+//
+// serve runs both producers on one listener when booking.gateway_addr is set
+// (Gateway, decision 0019): POST HTTPPath (/booking-session/events) for the
+// HTTP controller, and a Socket.IO v4 server (the npm socket.io-client 3/4's
+// protocol) on SocketIOPath — namespace SocketNamespace (/booking-session),
+// the socket's session in the handshake's auth.bookingSessionId, event
+// SocketEvent (session-event) with the event as its one argument, acked with
+// {"eventId": …} or {"error": …, "status": …} (the status HTTP would answer:
+// 400 invalid, 413 over 1 MiB, 503 not enqueued). The spec names no path,
+// namespace or event: these names are eventpipe's. The gateway is an intake
+// server: serve's drain closes it first.
+//
 // # Derived id
 //
 // DeriveEventID hashes (SHA-256) a canonical projection of the event: the

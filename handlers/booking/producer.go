@@ -137,9 +137,11 @@ func (p Producer) OnSocketEvent(ctx context.Context, sessionID string, payload [
 }
 
 // HTTPHandler is the HTTP controller: POST an event (ParseInput's JSON, at
-// most broker.MaxPayloadBytes) → 202 {"eventId": …}; 400 for an invalid
-// event, 405 for another method, 413 for a larger body, 503 when the queue
-// refuses it.
+// most broker.MaxPayloadBytes) → 202 {"eventId": …} once it is enqueued
+// (not yet applied); {"error": …} with 400 for an invalid event, 405 for
+// another method, 413 for a larger body (or one whose encoded message would
+// be), 503 when the queue refuses it. serve mounts it on HTTPPath when
+// booking.gateway_addr is set (Gateway).
 func (p Producer) HTTPHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -162,13 +164,13 @@ func (p Producer) HTTPHandler() http.Handler {
 			return
 		}
 		ev, err = p.Enqueue(r.Context(), TransportHTTP, ev)
-		if errors.Is(err, ErrInvalidEvent) {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
-			return
-		}
 		if err != nil {
-			p.logger().ErrorContext(r.Context(), "booking-session event not enqueued", slog.Any("error", err))
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "event not enqueued, retry"})
+			status, msg := statusOf(err), err.Error()
+			if status == http.StatusServiceUnavailable {
+				p.logger().ErrorContext(r.Context(), "booking-session event not enqueued", slog.Any("error", err))
+				msg = "event not enqueued, retry"
+			}
+			writeJSON(w, status, map[string]string{"error": msg})
 			return
 		}
 		writeJSON(w, http.StatusAccepted, map[string]string{"eventId": ev.EventID})
