@@ -513,12 +513,12 @@ func ValidBucketName(name string) error {
 	if len(name) < 3 || len(name) > 63 {
 		return fmt.Errorf("bucket %q: 3 to 63 characters", name)
 	}
-	for _, c := range name {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '-') {
+	alnum := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' }
+	for i := range len(name) {
+		if c := name[i]; !alnum(c) && c != '.' && c != '-' {
 			return fmt.Errorf("bucket %q: only lowercase letters, digits, '.' and '-'", name)
 		}
 	}
-	alnum := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' }
 	if !alnum(name[0]) || !alnum(name[len(name)-1]) {
 		return fmt.Errorf("bucket %q: starts and ends with a letter or digit", name)
 	}
