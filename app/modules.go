@@ -8,6 +8,7 @@ import (
 
 	"github.com/eventpipe/eventpipe/app/eventbridge"
 	"github.com/eventpipe/eventpipe/app/route"
+	"github.com/eventpipe/eventpipe/app/s3store"
 	"github.com/eventpipe/eventpipe/app/spec"
 	"github.com/eventpipe/eventpipe/app/topology"
 	"github.com/eventpipe/eventpipe/config"
@@ -27,7 +28,9 @@ func Modules() []spec.Module {
 		demo.Module,
 		interviews.Module,
 		stackup.Module,
-		disputes.Module,
+		disputes.NewModule(disputes.Adapters{S3: func(ctx context.Context, c disputes.S3Config) (disputes.Objects, error) {
+			return s3store.New(ctx, c)
+		}}),
 		booking.Module,
 		joinlink.NewModule(joinlink.Adapters{EventBridge: func(ctx context.Context, c joinlink.EventBridgeConfig) (joinlink.Schedules, error) {
 			return eventbridge.New(ctx, c)
@@ -77,15 +80,28 @@ func SpecTopology(cfg config.Config) (topology.Topology, error) {
 
 // DeployedTopology is t as this deployment declares it: every queue of the
 // type rabbitmq.queue_type names, unless it says as-declared
-// (topology.WithQueueType). Everything that compiles a topology for a broker
-// goes through it — serve's broker (SpecTopology), `topology plan`, `apply`
-// and `export` — so that they never disagree about a queue's arguments.
+// (topology.WithQueueType), and every queue that receives S3 event
+// notifications from the bucket its setting names (topology.WithS3Buckets,
+// s3Buckets). Everything that compiles a topology for a broker goes through
+// it — serve's broker (SpecTopology), `topology plan`, `apply` and `export`
+// — so that they never disagree about a queue's arguments or access policy.
 func DeployedTopology(cfg config.Config, t topology.Topology) (topology.Topology, error) {
 	out, err := t.WithQueueType(cfg.RabbitMQ.QueueType)
 	if err != nil {
 		return topology.Topology{}, fmt.Errorf("rabbitmq.queue_type: %w", err)
 	}
-	return out, nil
+	return out.WithS3Buckets(func(from string) (string, string, error) { return s3Bucket(cfg, from) })
+}
+
+// s3Bucket is the bucket (and its owner's account) the setting from holds,
+// for a topology's s3_notifications.from.
+func s3Bucket(cfg config.Config, from string) (bucket, account string, err error) {
+	switch from {
+	case "disputes.s3_bucket":
+		return cfg.Disputes.S3Bucket, cfg.Disputes.S3SourceAccount, nil
+	default:
+		return "", "", fmt.Errorf("%q is not a setting that names an S3 bucket (known: disputes.s3_bucket)", from)
+	}
 }
 
 // Catalog returns every route this binary knows, enabled or not. `eventpipe

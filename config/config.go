@@ -194,20 +194,50 @@ type JoinLink struct {
 }
 
 // Disputes configures the disputes outbox domain-events spec
-// (handlers/disputes): the events-worker on domain-events (and, with sample
-// traffic, the ingest-worker on ingest-queue, reading documents from an
-// in-memory object store: there is no S3 client yet). Its store and inbox
-// are PostgreSQL when postgres.dsn is set — events then go through the
-// transactional outbox, so a relay must run (serve's, outbox.relay) — and in
-// memory otherwise (events published right after the in-memory commit).
+// (handlers/disputes): the events-worker on domain-events, and the
+// ingest-worker on ingest-queue — reading the documents of S3 ObjectCreated
+// notifications from S3Bucket with the S3 adapter, or, with sample traffic
+// only, from an in-memory object store. Its store and inbox are PostgreSQL
+// when postgres.dsn is set — events then go through the transactional
+// outbox, so a relay must run (serve's, outbox.relay) — and in memory
+// otherwise (events published right after the in-memory commit).
 type Disputes struct {
 	// Enabled turns the spec's routes on. Default false.
-	Enabled bool `yaml:"enabled" env:"ENABLED" doc:"Run the disputes spec: the events-worker on domain-events (topology config/topology/disputes.yaml)."`
+	Enabled bool `yaml:"enabled" env:"ENABLED" doc:"Run the disputes spec: the events-worker on domain-events, and the ingest-worker on ingest-queue when s3_bucket (or sample_traffic) is set (topology config/topology/disputes.yaml)."`
 	// SampleTraffic raises two disputes, flags two transactions and ingests
-	// a document (through an S3-style notification on ingest-queue) when
-	// serve starts, so a newcomer sees the outbox and the effects happen
-	// (make run). Default false.
-	SampleTraffic bool `yaml:"sample_traffic" env:"SAMPLE_TRAFFIC" doc:"At start, raise sample disputes, flag sample transactions and ingest a sample document (make run); also runs the ingest-worker on an in-memory object store."`
+	// a document when serve starts, so a newcomer sees the outbox and the
+	// effects happen (make run). Without S3Bucket the document goes through
+	// an S3-style notification on ingest-queue to an ingest-worker reading
+	// an in-memory object store; with it, it is recorded directly (the
+	// ingest-worker reads only the real bucket). Default false.
+	SampleTraffic bool `yaml:"sample_traffic" env:"SAMPLE_TRAFFIC" doc:"At start, raise sample disputes, flag sample transactions and ingest a sample document (make run); without s3_bucket, runs the ingest-worker on an in-memory object store."`
+	// S3Bucket is the bucket whose ObjectCreated notifications ingest-queue
+	// receives: the ingest-worker reads its documents with the S3 adapter
+	// and drops events of other buckets, and `topology apply` on SQS lets
+	// S3 send from it (ingest-queue's access policy). Default "": no S3 —
+	// the ingest-worker runs only with sample_traffic, and is off (with a
+	// log line) otherwise.
+	S3Bucket string `yaml:"s3_bucket" env:"S3_BUCKET" doc:"S3 bucket whose ObjectCreated notifications ingest-queue receives: the ingest-worker reads its documents, topology apply lets it send to the queue; empty leaves the ingest-worker off (unless sample_traffic)."`
+	// S3SourceAccount is the AWS account id that owns S3Bucket; when set,
+	// ingest-queue's access policy requires it of the sender
+	// (aws:SourceAccount), as AWS recommends. Default "": no such condition.
+	S3SourceAccount string `yaml:"s3_source_account" env:"S3_SOURCE_ACCOUNT" doc:"12-digit AWS account id owning s3_bucket, required of the sender in ingest-queue's access policy (aws:SourceAccount); empty for no such condition."`
+	// S3Endpoint overrides the S3 endpoint, e.g. an emulator's
+	// http://127.0.0.1:9324. Default "": the AWS SDK decides
+	// (AWS_ENDPOINT_URL_S3, else real AWS). The region is sqs.region's (S3
+	// notifies only queues in the bucket's region), else the SDK's.
+	S3Endpoint string `yaml:"s3_endpoint" env:"S3_ENDPOINT" doc:"S3 endpoint URL, e.g. an emulator's; empty lets the AWS SDK decide (AWS_ENDPOINT_URL_S3, else real AWS). The region is sqs.region's."`
+	// S3PathStyle addresses objects as endpoint/bucket/key instead of
+	// bucket.endpoint/key: emulators need it. Default false.
+	S3PathStyle bool `yaml:"s3_path_style" env:"S3_PATH_STYLE" doc:"Address objects path-style (endpoint/bucket/key), as emulators need; false uses S3's virtual-hosted style."`
+	// S3MaxObjectSize is the largest document the ingest-worker reads, in
+	// bytes; a larger one is a permanent failure (ingest-dlq after
+	// maxReceiveCount). Default 10485760 (10 MiB); at least 1.
+	S3MaxObjectSize int `yaml:"s3_max_object_size" env:"S3_MAX_OBJECT_SIZE" doc:"Largest document the ingest-worker reads, in bytes; a larger one fails permanently (at least 1)."`
+	// S3Timeout bounds one GetObject, body included. Default 30s: half the
+	// ingest-worker's 60 s handler timeout (§3), leaving the rest for the
+	// database; more than 0s.
+	S3Timeout time.Duration `yaml:"s3_timeout" env:"S3_TIMEOUT" doc:"Time limit of one S3 GetObject, body included (more than 0s)."`
 	// AMLThreshold is the risk score (0–100) at or above which a
 	// TransactionFlagged review is escalated to AML. Default 80 (the spec
 	// names no value); more than 0, at most 100.
@@ -572,7 +602,10 @@ func Defaults() Config {
 		Serve:      Serve{ShutdownTimeout: 30 * time.Second, ConnectTimeout: 0},
 		Demo:       Demo{Enabled: false, Interval: time.Second},
 		Interviews: Interviews{Enabled: false, SampleTraffic: false, StaleClaim: 10 * time.Minute},
-		Disputes:   Disputes{Enabled: false, SampleTraffic: false, AMLThreshold: 80, DefaultTAT: 5 * 24 * time.Hour},
+		Disputes: Disputes{
+			Enabled: false, SampleTraffic: false, AMLThreshold: 80, DefaultTAT: 5 * 24 * time.Hour,
+			S3MaxObjectSize: 10 << 20, S3Timeout: 30 * time.Second,
+		},
 		JoinLink: JoinLink{Enabled: false, SampleTraffic: false, EnableScheduler: false, EnableFallbackCron: false, DispatchInterval: time.Second, FallbackSchedule: "0 */4 * * *", SystemActorID: -1,
 			BulkRegisterTokenEnv: "EVENTPIPE_JOINLINK_BULK_REGISTER_TOKEN", BulkRegisterTimeout: 10 * time.Second},
 		LLM: LLM{BaseURL: "https://api.openai.com/v1", Model: "gpt-4.1-mini", APIKeyEnv: "OPENAI_API_KEY", Timeout: 120 * time.Second},

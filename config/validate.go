@@ -144,6 +144,17 @@ func (c Config) Validate() error {
 		ps.add("disputes.aml_threshold", "must be more than 0 and at most 100, got %g", t)
 	}
 	positive(&ps, "disputes.default_tat", c.Disputes.DefaultTAT)
+	if b := c.Disputes.S3Bucket; b != "" && (!bucketName.MatchString(b) || strings.Contains(b, "..") || net.ParseIP(b) != nil) {
+		ps.add("disputes.s3_bucket", "%q is not an S3 bucket name: 3 to 63 lowercase letters, digits, '.' and '-', starting and ending with a letter or digit", b)
+	}
+	if a := c.Disputes.S3SourceAccount; a != "" && !accountID.MatchString(a) {
+		ps.add("disputes.s3_source_account", "%q is not a 12-digit AWS account id", a)
+	}
+	if c.Disputes.S3Endpoint != "" {
+		checkURL(&ps, "disputes.s3_endpoint", c.Disputes.S3Endpoint, endpointURL)
+	}
+	atLeast(&ps, "disputes.s3_max_object_size", c.Disputes.S3MaxObjectSize, 1)
+	positive(&ps, "disputes.s3_timeout", c.Disputes.S3Timeout)
 	positive(&ps, "joinlink.dispatch_interval", c.JoinLink.DispatchInterval)
 	positive(&ps, "joinlink.bulk_register_timeout", c.JoinLink.BulkRegisterTimeout)
 	if c.JoinLink.BulkRegisterURL != "" {
@@ -232,6 +243,14 @@ func (c Config) Validate() error {
 
 // envVarName is a portable environment variable name.
 var envVarName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// bucketName is the shape of an S3 bucket name (S3's rules for new
+// buckets; topology.ValidBucketName, which the deployed topology runs too,
+// also refuses ".." and IP addresses, as Validate does).
+var bucketName = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
+
+// accountID is an AWS account id.
+var accountID = regexp.MustCompile(`^[0-9]{12}$`)
 
 // schemaName is what migrations.ValidateSchema accepts.
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,55}$`)

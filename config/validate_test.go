@@ -219,6 +219,32 @@ func TestValidate(t *testing.T) {
 				{Path: "demo.interval", Message: "must be more than 0s, got 0s"},
 			},
 		},
+		{
+			name: "disputes S3 settings",
+			modify: func(c *config.Config) {
+				c.Disputes.S3Bucket, c.Disputes.S3SourceAccount = "kb-docs.prod", "123456789012"
+				c.Disputes.S3Endpoint, c.Disputes.S3PathStyle = "http://127.0.0.1:9324", true
+			},
+		},
+		{
+			name: "disputes S3 settings out of shape",
+			modify: func(c *config.Config) {
+				c.Disputes.S3Bucket, c.Disputes.S3SourceAccount, c.Disputes.S3Endpoint = "KB_Docs", "1234", "127.0.0.1:9324"
+				c.Disputes.S3MaxObjectSize, c.Disputes.S3Timeout = 0, 0
+			},
+			want: []config.Problem{
+				{Path: "disputes.s3_bucket", Message: `"KB_Docs" is not an S3 bucket name: 3 to 63 lowercase letters, digits, '.' and '-', starting and ending with a letter or digit`},
+				{Path: "disputes.s3_source_account", Message: `"1234" is not a 12-digit AWS account id`},
+				{Path: "disputes.s3_endpoint", Message: `"127.0.0.1:9324" is not a URL starting with http:// or https://`},
+				{Path: "disputes.s3_max_object_size", Message: "must be at least 1, got 0"},
+				{Path: "disputes.s3_timeout", Message: "must be more than 0s, got 0s"},
+			},
+		},
+		{
+			name:   "an IP address is no bucket name",
+			modify: func(c *config.Config) { c.Disputes.S3Bucket = "192.168.0.1" },
+			want:   []config.Problem{{Path: "disputes.s3_bucket", Message: `"192.168.0.1" is not an S3 bucket name: 3 to 63 lowercase letters, digits, '.' and '-', starting and ending with a letter or digit`}},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,13 +2,17 @@ package cli_test
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
@@ -94,6 +98,68 @@ func TestTopologyApplyPlanDriftOnSQS(t *testing.T) {
 	require.Equal(t, cli.ExitOK, r.code, r.stdout+r.stderr)
 	r = run(t, environ, "topology", "plan", "-f", specs+"interviews.yaml")
 	assert.Equal(t, cli.ExitOK, r.code, r.stdout)
+}
+
+// `topology apply` on SQS gives a queue that receives S3 notifications the
+// access policy S3 needs, for the bucket the deployment configures
+// (disputes.s3_bucket, disputes.s3_source_account): the policy read back
+// with GetQueueAttributes. The file declares a queue of this test's own,
+// shaped like disputes' ingest-queue.
+func TestTopologyApplySetsIngestQueuePolicyOnSQS(t *testing.T) {
+	endpoint := testenv.SQSEndpoint(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	queue := "ep-cli-" + strings.ToLower(watermill.NewShortUUID()) + "-ingest-queue"
+	file := filepath.Join(t.TempDir(), "ingest.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(`name: ingest
+queues:
+  - name: `+queue+`
+    s3_notifications: {from: disputes.s3_bucket}
+    max_receives: 3
+    dead_letter: {queue: `+queue+`-dlq}
+`), 0o600))
+	environ := []string{"EVENTPIPE_BROKER=sqs", "EVENTPIPE_SQS_ENDPOINT=" + endpoint, "EVENTPIPE_SQS_REGION=" + testenv.SQSRegion,
+		"EVENTPIPE_DISPUTES_S3_BUCKET=kb-docs", "EVENTPIPE_DISPUTES_S3_SOURCE_ACCOUNT=123456789012"}
+
+	ctx := context.Background()
+	client := sqs.New(sqs.Options{Region: testenv.SQSRegion, BaseEndpoint: aws.String(endpoint),
+		Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")})
+	t.Cleanup(func() {
+		for _, q := range []string{queue, queue + "-dlq"} {
+			if u, err := client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(q)}); err == nil {
+				_, _ = client.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: u.QueueUrl})
+			}
+		}
+	})
+	r := run(t, environ, "topology", "apply", "-f", file)
+	require.Equal(t, cli.ExitOK, r.code, r.stdout+r.stderr)
+	u, err := client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(queue)})
+	require.NoError(t, err)
+	attrs, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: u.QueueUrl,
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNamePolicy, types.QueueAttributeNameQueueArn}})
+	require.NoError(t, err)
+	var policy struct {
+		Version   string
+		Statement []map[string]any
+	}
+	require.NoError(t, json.Unmarshal([]byte(attrs.Attributes["Policy"]), &policy), attrs.Attributes["Policy"])
+	assert.Equal(t, "2012-10-17", policy.Version)
+	require.Len(t, policy.Statement, 1)
+	assert.Equal(t, map[string]any{
+		"Sid": "eventpipe-s3-notifications", "Effect": "Allow",
+		"Principal": map[string]any{"Service": "s3.amazonaws.com"}, "Action": "sqs:SendMessage",
+		"Resource": attrs.Attributes["QueueArn"],
+		"Condition": map[string]any{
+			"ArnLike":      map[string]any{"aws:SourceArn": "arn:aws:s3:::kb-docs"},
+			"StringEquals": map[string]any{"aws:SourceAccount": "123456789012"},
+		},
+	}, policy.Statement[0])
+
+	r = run(t, environ, "topology", "plan", "-f", file)
+	assert.Equal(t, cli.ExitOK, r.code, r.stdout+r.stderr)
+	r = run(t, append(environ[:3:3], "EVENTPIPE_DISPUTES_S3_BUCKET=kb-docs-2"), "topology", "plan", "-f", file)
+	assert.Equal(t, cli.ExitFailure, r.code, "another bucket is drift: %s", r.stdout)
+	assert.Contains(t, r.stdout, "Policy.Statement[eventpipe-s3-notifications]")
 }
 
 func rabbitmqctl(t *testing.T, args ...string) {

@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -89,6 +90,27 @@ type Queue struct {
 	// on failure (the route's policy, route.Policy); unset keys keep the
 	// route's own values, which follow its spec.
 	Policy *Policy `yaml:"policy,omitempty"`
+	// S3Notifications, when set, lets Amazon S3 send a bucket's event
+	// notifications to the queue: on SQS, a statement in the queue's access
+	// policy allowing s3.amazonaws.com to sqs:SendMessage from that bucket
+	// only. Other brokers ignore it (S3 delivers only to SQS).
+	S3Notifications *S3Notifications `yaml:"s3_notifications,omitempty"`
+}
+
+// S3Notifications names the S3 bucket whose event notifications a queue
+// receives.
+type S3Notifications struct {
+	// From is the configuration key holding the bucket's name (e.g.
+	// disputes.s3_bucket): a spec's topology file cannot know a deployment's
+	// bucket, so it names the setting, and the deployment fills Bucket and
+	// SourceAccount (WithS3Buckets, called by app.DeployedTopology).
+	From string `yaml:"from,omitempty"`
+	// Bucket is the bucket's name. Empty (From names a setting that is not
+	// set): the queue's access policy is left as it is.
+	Bucket string `yaml:"bucket,omitempty"`
+	// SourceAccount is the id of the AWS account that owns the bucket,
+	// required of the sender (aws:SourceAccount) when set.
+	SourceAccount string `yaml:"source_account,omitempty"`
 }
 
 // Redelivery modes and permanent-failure outcomes a Policy accepts (see
@@ -212,6 +234,30 @@ func (t Topology) WithQueueType(typ string) (Topology, error) {
 		out.Queues[i].Type = typ
 	}
 	return out, nil
+}
+
+// WithS3Buckets returns t with every queue's S3Notifications.From resolved:
+// resolve returns the bucket (and its owner's account, or "") the
+// configuration key from holds, "" when it is not set, and an error for a
+// key it does not know. It is the one place a deployment's buckets enter a
+// topology, so that serve and `topology plan/apply` compile the same access
+// policies.
+func (t Topology) WithS3Buckets(resolve func(from string) (bucket, account string, err error)) (Topology, error) {
+	out := t
+	out.Queues = slices.Clone(t.Queues)
+	for i, q := range out.Queues {
+		if q.S3Notifications == nil || q.S3Notifications.From == "" {
+			continue
+		}
+		n := *q.S3Notifications
+		bucket, account, err := resolve(n.From)
+		if err != nil {
+			return t, fmt.Errorf("queue %s: s3_notifications.from: %w", q.Name, err)
+		}
+		n.Bucket, n.SourceAccount = bucket, account
+		out.Queues[i].S3Notifications = &n
+	}
+	return out, out.Validate()
 }
 
 // Queue returns the queue named name (dead-letter queues included).
@@ -375,6 +421,9 @@ func (t Topology) Validate() error {
 		if pol := q.Policy; pol != nil {
 			validatePolicy(add, p+".policy", q, *pol)
 		}
+		if n := q.S3Notifications; n != nil {
+			validateS3Notifications(add, p+".s3_notifications", q, *n)
+		}
 		if d := q.DeadLetter; d != nil {
 			validateQueueName(add, p+".dead_letter.queue", d.Queue, q.FIFO)
 			if d.Queue == q.Name {
@@ -438,6 +487,60 @@ func validatePolicy(add func(string, string, ...any), path string, q Queue, pol 
 			add(path+".backoff.jitter", "%g is out of range 0..1", b.Jitter)
 		}
 	}
+}
+
+func validateS3Notifications(add func(string, string, ...any), path string, q Queue, n S3Notifications) {
+	if n.From == "" && n.Bucket == "" {
+		add(path, "names no bucket: set from (the setting holding it) or bucket")
+	}
+	if q.FIFO {
+		add(path, "S3 event notifications cannot be sent to a FIFO queue")
+	}
+	if n.Bucket != "" {
+		if err := ValidBucketName(n.Bucket); err != nil {
+			add(path+".bucket", "%v", err)
+		}
+	}
+	if a := n.SourceAccount; a != "" && !isAccountID(a) {
+		add(path+".source_account", "%q is not a 12-digit AWS account id", a)
+	}
+}
+
+// ValidBucketName checks an S3 bucket name against S3's naming rules for
+// new buckets: 3 to 63 characters, lowercase letters, digits, '.' and '-',
+// starting and ending with a letter or digit, no "..", not an IP address.
+func ValidBucketName(name string) error {
+	if len(name) < 3 || len(name) > 63 {
+		return fmt.Errorf("bucket %q: 3 to 63 characters", name)
+	}
+	alnum := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' }
+	for i := range len(name) {
+		if c := name[i]; !alnum(c) && c != '.' && c != '-' {
+			return fmt.Errorf("bucket %q: only lowercase letters, digits, '.' and '-'", name)
+		}
+	}
+	if !alnum(name[0]) || !alnum(name[len(name)-1]) {
+		return fmt.Errorf("bucket %q: starts and ends with a letter or digit", name)
+	}
+	if strings.Contains(name, "..") {
+		return fmt.Errorf("bucket %q: no two adjacent periods", name)
+	}
+	if net.ParseIP(name) != nil {
+		return fmt.Errorf("bucket %q: not an IP address", name)
+	}
+	return nil
+}
+
+func isAccountID(s string) bool {
+	if len(s) != 12 {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 func validateQueueName(add func(string, string, ...any), path, name string, fifo bool) {

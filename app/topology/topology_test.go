@@ -1,6 +1,8 @@
 package topology_test
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -184,4 +186,63 @@ func TestWithQueueType(t *testing.T) {
 
 	_, err = top.WithQueueType("stream")
 	assert.ErrorContains(t, err, `queue type "stream" is not one of as-declared, classic, quorum`)
+}
+
+func TestWithS3Buckets(t *testing.T) {
+	t.Parallel()
+	top, err := topology.Parse([]byte(`
+name: t
+queues:
+  - name: ingest
+    s3_notifications: {from: disputes.s3_bucket}
+  - name: other
+`))
+	require.NoError(t, err)
+	resolve := func(bucket, account string) func(string) (string, string, error) {
+		return func(from string) (string, string, error) {
+			if from != "disputes.s3_bucket" {
+				return "", "", fmt.Errorf("unknown setting %q", from)
+			}
+			return bucket, account, nil
+		}
+	}
+	got, err := top.WithS3Buckets(resolve("kb-docs", "123456789012"))
+	require.NoError(t, err)
+	assert.Equal(t, &topology.S3Notifications{From: "disputes.s3_bucket", Bucket: "kb-docs", SourceAccount: "123456789012"}, got.Queues[0].S3Notifications)
+	assert.Nil(t, got.Queues[1].S3Notifications)
+	assert.Empty(t, top.Queues[0].S3Notifications.Bucket, "the original is left as it was")
+	dlqs := got.AllQueues()
+	assert.Len(t, dlqs, 2)
+
+	unset, err := top.WithS3Buckets(resolve("", ""))
+	require.NoError(t, err)
+	assert.Empty(t, unset.Queues[0].S3Notifications.Bucket, "a setting left empty: no bucket, the policy is left alone")
+
+	_, err = top.WithS3Buckets(resolve("Bad_Bucket", ""))
+	assert.ErrorContains(t, err, `queues[0].s3_notifications.bucket: bucket "Bad_Bucket": only lowercase letters`)
+	_, err = top.WithS3Buckets(resolve("kb-docs", "12345"))
+	assert.ErrorContains(t, err, `queues[0].s3_notifications.source_account: "12345" is not a 12-digit AWS account id`)
+	_, err = top.WithS3Buckets(func(string) (string, string, error) { return "", "", errors.New("unknown setting") })
+	assert.ErrorContains(t, err, "queue ingest: s3_notifications.from: unknown setting")
+
+	_, err = topology.Parse([]byte(`
+name: t
+queues:
+  - {name: a.fifo, fifo: true, s3_notifications: {bucket: kb-docs}}
+  - {name: b, s3_notifications: {}}
+`))
+	require.Error(t, err)
+	assert.ErrorContains(t, err, "queues[0].s3_notifications: S3 event notifications cannot be sent to a FIFO queue")
+	assert.ErrorContains(t, err, "queues[1].s3_notifications: names no bucket")
+}
+
+func TestValidBucketName(t *testing.T) {
+	t.Parallel()
+	for name, ok := range map[string]bool{
+		"kb-docs": true, "a.b-c1": true, "abc": true, strings.Repeat("a", 63): true,
+		"ab": false, strings.Repeat("a", 64): false, "KB": false, "-kb": false, "kb-": false,
+		"a..b": false, "192.168.0.1": false, "kb_docs": false,
+	} {
+		assert.Equal(t, ok, topology.ValidBucketName(name) == nil, name)
+	}
 }

@@ -49,12 +49,12 @@ func SampleTraffic(ctx context.Context, store Store, objects *MemoryObjects, pub
 	}
 	key := "policies/" + NewID("doc", now) + ".md"
 	if objects != nil && pub != nil {
-		objects.Put("sample-kb", key, []byte("---\ntitle: Dispute handling policy\nowner: disputes\n---\nRaise, review, resolve within TAT.\n"))
-		msg := message.NewMessage(watermill.NewUUID(), S3Notification("sample-kb", key, now))
+		objects.Put(SampleBucket, key, []byte("---\ntitle: Dispute handling policy\nowner: disputes\n---\nRaise, review, resolve within TAT.\n"))
+		msg := message.NewMessage(watermill.NewUUID(), S3Notification(SampleBucket, key, now))
 		if err := pub.Publish(IngestQueue, msg); err != nil {
 			return fmt.Errorf("disputes sample traffic: %w", err)
 		}
-	} else if _, err := store.RecordDocument(ctx, Document{Bucket: "sample-kb", Key: key}); err != nil {
+	} else if _, err := store.RecordDocument(ctx, Document{Bucket: SampleBucket, Key: key}); err != nil {
 		return fmt.Errorf("disputes sample traffic: %w", err)
 	}
 	logger.InfoContext(ctx, "disputes sample traffic: 2 disputes raised, 2 transactions flagged, 1 document ingested")

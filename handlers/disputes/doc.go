@@ -37,9 +37,20 @@
 // # Document ingestion
 //
 // The ingest-worker (on ingest-queue, when Handlers.Objects is set) decodes
-// S3 ObjectCreated notifications, reads each object, refuses a document
-// without a header block (permanent: fails until maxReceiveCount 3, then
-// ingest-dlq) and records the document with its DocumentIngested event in
-// one transaction, once per (bucket, key, sequencer). Only an in-memory
-// Objects exists (MemoryObjects); an S3 client is still to be written.
+// S3 event notifications exactly as S3 sends them to SQS (DecodeS3Notification):
+// several Records per message, keys URL-encoded ('+' for a space, %XX).
+// ObjectCreated:* records of the configured bucket (Handlers.Bucket,
+// disputes.s3_bucket) are ingested; S3's s3:TestEvent, records of other
+// events and records of other buckets are dropped with a log line; a body
+// that is not an S3 notification is permanent. Each document is read from
+// Objects, refused without a header block (permanent), and recorded with
+// its DocumentIngested event in one transaction (the outbox on Postgres),
+// once per (bucket, key, sequencer). Permanent failures — also a missing
+// object, a denied read, an object too large — fail until maxReceiveCount 3,
+// then ingest-dlq (§4).
+//
+// Objects is S3 in production: the composition root hands in app/s3store
+// through Adapters (NewModule), used whenever disputes.s3_bucket is set.
+// MemoryObjects serves sample traffic and tests only. With neither the
+// ingest-worker is off, with a warning.
 package disputes

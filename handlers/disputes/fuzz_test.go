@@ -34,15 +34,19 @@ func FuzzDecodeEvent(f *testing.F) {
 }
 
 // FuzzDecodeS3Notification: no notification panics the ingest-worker's
-// decoder, and every record it returns names a bucket and a key.
+// decoder, and every ObjectCreated record it returns names a bucket and a
+// key.
 func FuzzDecodeS3Notification(f *testing.F) {
 	f.Add([]byte(s3Example))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		refs, err := disputes.DecodeS3Notification(body)
+		ev, err := disputes.DecodeS3Notification(body)
 		if err != nil {
 			return
 		}
-		for _, r := range refs {
+		for _, r := range ev.Records {
+			if !r.Created() {
+				continue
+			}
 			require.NotEmpty(t, r.Bucket, "record without bucket or key: %+v", r)
 			require.NotEmpty(t, r.Key, "record without bucket or key: %+v", r)
 		}

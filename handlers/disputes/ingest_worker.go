@@ -34,33 +34,61 @@ const MaxHeaderBytes = 64 << 10
 // a header block (§4's example of a permanent error).
 var ErrNoHeaderBlock = errors.New("document without header block")
 
-// Objects reads the documents S3 notifications point at. An error is
-// transient unless marked failure.Permanent (e.g. the object was deleted
-// since).
+// Objects reads the documents S3 notifications point at: the S3 adapter
+// (app/s3store, handed in through Adapters) in production, MemoryObjects
+// for sample traffic and tests. An error is transient unless marked
+// failure.Permanent (the object or bucket does not exist, access is denied,
+// the object is too large): a permanent one fails until ingest-queue's
+// maxReceiveCount, then ingest-dlq (§4).
 type Objects interface {
 	Get(ctx context.Context, bucket, key string) ([]byte, error)
 }
 
-// ObjectRef is one ObjectCreated record of an S3 event notification.
+// ObjectRef is one record of an S3 event notification.
 type ObjectRef struct {
-	Bucket    string
-	Key       string // URL-decoded
+	Bucket string
+	// Key is URL-decoded ('+' is a space, %XX a byte), as S3 names the
+	// object; a record that is not ObjectCreated keeps it as sent when it
+	// does not decode.
+	Key       string
 	Sequencer string
+	// EventName is the record's eventName without S3's "s3:" prefix
+	// (which S3 leaves out of records, but configurations write), e.g.
+	// ObjectCreated:Put.
 	EventName string
 }
 
-// DecodeS3Notification decodes an S3 event notification (the standard shape:
-// Records[].eventName, Records[].s3.bucket.name, Records[].s3.object.key,
-// URL-encoded with '+' for spaces) leniently, keeping its ObjectCreated
-// records. S3's "s3:TestEvent" (sent when a notification is configured)
-// returns no records and no error. Errors wrap ErrInvalidEnvelope.
-func DecodeS3Notification(body []byte) ([]ObjectRef, error) {
+// Created reports whether the record announces a new object
+// (ObjectCreated:Put, :Post, :Copy, :CompleteMultipartUpload): the only
+// records the ingest-worker reads.
+func (r ObjectRef) Created() bool { return strings.HasPrefix(r.EventName, "ObjectCreated:") }
+
+// S3Event is a decoded S3 event notification.
+type S3Event struct {
+	// TestEvent is S3's "s3:TestEvent", sent once when a bucket's
+	// notification configuration is saved; it has no records. TestBucket is
+	// the bucket it names.
+	TestEvent  bool
+	TestBucket string
+	// Records are the notification's records in order, whatever their
+	// eventName (S3 may put several in one message).
+	Records []ObjectRef
+}
+
+// DecodeS3Notification decodes an S3 event notification as S3 sends it to
+// SQS — Records[].eventName, Records[].s3.bucket.name,
+// Records[].s3.object.key (URL-encoded, '+' for a space) and .sequencer, or
+// S3's {"Event":"s3:TestEvent",...} — leniently: unknown fields are
+// ignored. An ObjectCreated record must name a bucket and a key that
+// decodes. Errors wrap ErrInvalidEnvelope.
+func DecodeS3Notification(body []byte) (S3Event, error) {
 	fields, err := object(body, "body")
 	if err != nil {
-		return nil, err
+		return S3Event{}, err
 	}
 	if ev, _ := str(fields, "Event", false); ev == "s3:TestEvent" {
-		return nil, nil
+		bucket, _ := str(fields, "Bucket", false)
+		return S3Event{TestEvent: true, TestBucket: bucket}, nil
 	}
 	var n struct {
 		Records []struct {
@@ -77,26 +105,28 @@ func DecodeS3Notification(body []byte) ([]ObjectRef, error) {
 		} `json:"Records"`
 	}
 	if err := json.Unmarshal(bytes.TrimSpace(body), &n); err != nil {
-		return nil, invalid("not an S3 event notification: %v", err)
+		return S3Event{}, invalid("not an S3 event notification: %v", err)
 	}
 	if len(n.Records) == 0 {
-		return nil, invalid("S3 event notification without Records")
+		return S3Event{}, invalid("S3 event notification without Records")
 	}
-	var refs []ObjectRef
+	ev := S3Event{Records: make([]ObjectRef, 0, len(n.Records))}
 	for i, r := range n.Records {
-		if !strings.HasPrefix(r.EventName, "ObjectCreated:") {
-			continue
-		}
+		ref := ObjectRef{Bucket: r.S3.Bucket.Name, Key: r.S3.Object.Key, Sequencer: r.S3.Object.Sequencer,
+			EventName: strings.TrimPrefix(r.EventName, "s3:")}
 		key, err := url.QueryUnescape(r.S3.Object.Key)
-		if err != nil {
-			return nil, invalid("Records[%d].s3.object.key %q is not URL-encoded", i, jsonfields.Truncate(r.S3.Object.Key, 64))
+		switch {
+		case err == nil:
+			ref.Key = key
+		case ref.Created():
+			return S3Event{}, invalid("Records[%d].s3.object.key %q is not URL-encoded", i, jsonfields.Truncate(r.S3.Object.Key, 64))
 		}
-		if r.S3.Bucket.Name == "" || key == "" {
-			return nil, invalid("Records[%d]: s3.bucket.name and s3.object.key are required", i)
+		if ref.Created() && (ref.Bucket == "" || ref.Key == "") {
+			return S3Event{}, invalid("Records[%d]: s3.bucket.name and s3.object.key are required", i)
 		}
-		refs = append(refs, ObjectRef{Bucket: r.S3.Bucket.Name, Key: key, Sequencer: r.S3.Object.Sequencer, EventName: r.EventName})
+		ev.Records = append(ev.Records, ref)
 	}
-	return refs, nil
+	return ev, nil
 }
 
 // ValidateS3Notification is the check `eventpipe publish` runs for
@@ -132,48 +162,74 @@ func HasHeaderBlock(doc []byte) bool {
 	return false
 }
 
-// handleIngest is the ingest-worker: each ObjectCreated record's document,
-// checked for its header block, is recorded with its DocumentIngested event
-// (through the outbox on Postgres), once per (bucket, key, sequencer).
+// handleIngest is the ingest-worker: each ObjectCreated record of the
+// configured bucket names a document which, checked for its header block,
+// is recorded with its DocumentIngested event (through the outbox on
+// Postgres), once per (bucket, key, sequencer). S3's test event, records of
+// other events and records of other buckets are dropped with a log line; a
+// body that is not an S3 notification is permanent.
 func (h Handlers) handleIngest(msg *message.Message) error {
 	ctx := msg.Context()
 	log := msgctx.Logger(ctx, h.Logger, msg)
-	refs, err := DecodeS3Notification(msg.Payload)
+	ev, err := DecodeS3Notification(msg.Payload)
 	if err != nil {
 		log.ErrorContext(ctx, "S3 notification rejected", slog.Any("error", err))
 		return failure.AsPermanent(err)
 	}
-	for _, ref := range refs {
-		// A re-upload has a new sequencer; a redelivered notification not.
-		id := ref.Bucket + "/" + ref.Key + "@" + ref.Sequencer
-		err := h.Inbox.Process(ctx, IngestConsumer, id, func(ctx context.Context) error {
-			doc, err := h.Objects.Get(ctx, ref.Bucket, ref.Key)
-			if err != nil {
-				return fmt.Errorf("get s3://%s/%s: %w", ref.Bucket, ref.Key, err)
-			}
-			if !HasHeaderBlock(doc) {
-				return failure.Permanentf("s3://%s/%s: %w", ref.Bucket, ref.Key, ErrNoHeaderBlock)
-			}
-			eventID, err := h.Store.RecordDocument(ctx, Document{Bucket: ref.Bucket, Key: ref.Key})
-			if errors.Is(err, ErrExists) {
-				log.InfoContext(ctx, "document already ingested", slog.String("bucket", ref.Bucket), slog.String("key", ref.Key))
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			log.InfoContext(ctx, "document ingested", slog.String("bucket", ref.Bucket), slog.String("key", ref.Key), slog.String("event_id", eventID))
-			return nil
-		})
+	if ev.TestEvent {
+		log.InfoContext(ctx, "S3 test event dropped (sent when a bucket notification is configured)", slog.String("bucket", ev.TestBucket))
+		return nil
+	}
+	for _, ref := range ev.Records {
+		attrs := []any{slog.String("bucket", ref.Bucket), slog.String("key", ref.Key), slog.String("event_name", ref.EventName)}
 		switch {
-		case failure.Of(err) == failure.Duplicate:
-			log.InfoContext(ctx, "duplicate S3 notification record, skipped", slog.String("bucket", ref.Bucket), slog.String("key", ref.Key))
-		case err != nil:
-			if failure.Of(err) == failure.Permanent {
-				log.ErrorContext(ctx, "document rejected", slog.String("bucket", ref.Bucket), slog.String("key", ref.Key), slog.Any("error", err))
-			}
+		case !ref.Created():
+			log.InfoContext(ctx, "S3 event dropped: only ObjectCreated events are ingested", attrs...)
+			continue
+		case h.Bucket != "" && ref.Bucket != h.Bucket:
+			log.WarnContext(ctx, "S3 event dropped: not the configured bucket", append(attrs, slog.String("configured_bucket", h.Bucket))...)
+			continue
+		}
+		if err := h.ingest(ctx, log, ref); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// ingest reads and records one ObjectCreated record's document in the
+// inbox's transaction.
+func (h Handlers) ingest(ctx context.Context, log *slog.Logger, ref ObjectRef) error {
+	// A re-upload has a new sequencer; a redelivered notification not.
+	id := ref.Bucket + "/" + ref.Key + "@" + ref.Sequencer
+	err := h.Inbox.Process(ctx, IngestConsumer, id, func(ctx context.Context) error {
+		doc, err := h.Objects.Get(ctx, ref.Bucket, ref.Key)
+		if err != nil {
+			return fmt.Errorf("get s3://%s/%s: %w", ref.Bucket, ref.Key, err)
+		}
+		if !HasHeaderBlock(doc) {
+			return failure.Permanentf("s3://%s/%s: %w", ref.Bucket, ref.Key, ErrNoHeaderBlock)
+		}
+		eventID, err := h.Store.RecordDocument(ctx, Document{Bucket: ref.Bucket, Key: ref.Key})
+		if errors.Is(err, ErrExists) {
+			log.InfoContext(ctx, "document already ingested", slog.String("bucket", ref.Bucket), slog.String("key", ref.Key))
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		log.InfoContext(ctx, "document ingested", slog.String("bucket", ref.Bucket), slog.String("key", ref.Key), slog.String("event_id", eventID))
+		return nil
+	})
+	switch {
+	case failure.Of(err) == failure.Duplicate:
+		log.InfoContext(ctx, "duplicate S3 notification record, skipped", slog.String("bucket", ref.Bucket), slog.String("key", ref.Key))
+		return nil
+	case err != nil:
+		if failure.Of(err) == failure.Permanent {
+			log.ErrorContext(ctx, "document rejected", slog.String("bucket", ref.Bucket), slog.String("key", ref.Key), slog.Any("error", err))
+		}
+		return err
 	}
 	return nil
 }
@@ -200,8 +256,11 @@ func (h Handlers) IngestPolicy() route.Policy {
 	}
 }
 
-// MemoryObjects is an in-memory Objects (the embedded mode's sample traffic,
-// tests).
+// SampleBucket is the bucket of the sample traffic's document (MemoryObjects).
+const SampleBucket = "sample-kb"
+
+// MemoryObjects is an in-memory Objects: the sample traffic's and the
+// tests' double, never what a production configuration gets.
 type MemoryObjects struct {
 	mu   sync.Mutex
 	objs map[[2]string][]byte

@@ -2,27 +2,69 @@ package disputes
 
 import (
 	"context"
+	"errors"
+	"log/slog"
+	"time"
 
 	"github.com/eventpipe/eventpipe/app/spec"
 	"github.com/eventpipe/eventpipe/config"
 )
 
-// Module is the disputes spec: the events-worker on domain-events, and with
-// sample traffic the ingest-worker on ingest-queue reading an in-memory object
-// store (there is no S3 client yet).
-var Module = spec.Module{
-	Name:     "disputes",
-	Enabled:  func(c config.Config) bool { return c.Disputes.Enabled },
-	Topology: "disputes",
-	Catalog:  Catalog,
-	Build:    build,
+// Module is the disputes spec without its AWS adapter: the events-worker on
+// domain-events, and the ingest-worker on ingest-queue only with sample
+// traffic (an in-memory object store). With disputes.s3_bucket set it
+// refuses to start; the service runs NewModule with the S3 adapter.
+var Module = NewModule(Adapters{})
+
+// Adapters are the spec's parts outside handlers/ (AWS clients), handed in
+// by the composition root.
+type Adapters struct {
+	// S3 builds the Objects the ingest-worker reads documents from
+	// (app/s3store), used when disputes.s3_bucket is set.
+	S3 func(ctx context.Context, c S3Config) (Objects, error)
+}
+
+// S3Config is what the S3 adapter needs: the disputes.s3_* settings and the
+// SDK's region.
+type S3Config struct {
+	// Region is sqs.region (S3 notifies only queues in the bucket's
+	// region); "" lets the SDK decide.
+	Region string
+	// Endpoint overrides the S3 endpoint (an emulator); "" lets the SDK
+	// decide.
+	Endpoint string
+	// PathStyle addresses objects as endpoint/bucket/key.
+	PathStyle bool
+	// MaxObjectBytes is the largest document read; larger is permanent.
+	MaxObjectBytes int64
+	// Timeout bounds one GetObject, body included.
+	Timeout time.Duration
+}
+
+// NewModule is the disputes spec with a.
+func NewModule(a Adapters) spec.Module {
+	return spec.Module{
+		Name:     "disputes",
+		Enabled:  func(c config.Config) bool { return c.Disputes.Enabled },
+		Topology: "disputes",
+		Catalog:  Catalog,
+		Build:    func(ctx context.Context, d spec.Deps) (spec.Parts, error) { return build(ctx, d, a) },
+	}
 }
 
 // build builds the spec. The store is PostgreSQL when the service has
 // a database, events written to the transactional outbox in the business
 // transaction (a relay publishes them); in memory otherwise, events published
 // right after the in-memory commit (the service's outbox writer).
-func build(_ context.Context, d spec.Deps) (spec.Parts, error) {
+//
+// The ingest-worker's object store is S3 (a.S3) when disputes.s3_bucket is
+// set, the in-memory one only for sample traffic; with neither the
+// ingest-worker is off, with a warning: the spec's two consumers are
+// separate workers (§3 gives each its own Lambda), so the events-worker
+// may run without it — and without the bucket, `topology apply` grants S3
+// no right to send to ingest-queue, so no notification waits there unread.
+func build(ctx context.Context, d spec.Deps, a Adapters) (spec.Parts, error) {
+	c := d.Config.Disputes
 	var store Store = NewMemory(MemoryOptions{Outbox: d.Outbox, Logger: d.Logger})
 	if d.DB != nil {
 		pg, err := NewPostgres(d.DB, d.Config.Postgres.Schema, "")
@@ -35,15 +77,40 @@ func build(_ context.Context, d spec.Deps) (spec.Parts, error) {
 		Store:        store,
 		Inbox:        d.Inbox,
 		Logger:       d.Logger,
-		AMLThreshold: d.Config.Disputes.AMLThreshold,
-		DefaultTAT:   d.Config.Disputes.DefaultTAT,
+		AMLThreshold: c.AMLThreshold,
+		DefaultTAT:   c.DefaultTAT,
+	}
+	var sampleObjects *MemoryObjects
+	switch {
+	case c.S3Bucket != "":
+		if a.S3 == nil {
+			return spec.Parts{}, errors.New("disputes.s3_bucket needs the S3 adapter, which this build does not wire")
+		}
+		objects, err := a.S3(ctx, S3Config{
+			Region: d.Config.SQS.Region, Endpoint: c.S3Endpoint, PathStyle: c.S3PathStyle,
+			MaxObjectBytes: int64(c.S3MaxObjectSize), Timeout: c.S3Timeout,
+		})
+		if err != nil {
+			return spec.Parts{}, err
+		}
+		h.Objects, h.Bucket = objects, c.S3Bucket
+		d.Logger.Info("disputes ingest-worker reads S3", slog.String("bucket", c.S3Bucket), slog.String("queue", IngestQueue))
+		if c.SampleTraffic {
+			d.Logger.Info("disputes sample traffic records its document directly: the ingest-worker reads only disputes.s3_bucket")
+		}
+	case c.SampleTraffic:
+		sampleObjects = NewMemoryObjects()
+		h.Objects, h.Bucket = sampleObjects, SampleBucket
+		d.Logger.Warn("disputes ingest-worker reads the in-memory object store (disputes.sample_traffic); set disputes.s3_bucket to read S3")
+	default:
+		d.Logger.Warn("disputes ingest-worker is off: disputes.s3_bucket is not set, so nothing consumes "+IngestQueue+
+			" (set it, EVENTPIPE_DISPUTES_S3_BUCKET, to ingest the bucket's S3 ObjectCreated notifications)",
+			slog.String("queue", IngestQueue))
 	}
 	var parts spec.Parts
-	if d.Config.Disputes.SampleTraffic {
-		objects := NewMemoryObjects()
-		h.Objects = objects
+	if c.SampleTraffic {
 		parts.Workers = []spec.Worker{{Name: "disputes sample traffic", Run: func(ctx context.Context) error {
-			return SampleTraffic(ctx, store, objects, d.Publisher, d.Logger)
+			return SampleTraffic(ctx, store, sampleObjects, d.Publisher, d.Logger)
 		}}}
 	}
 	parts.Routes = h.Routes()

@@ -42,10 +42,14 @@ type Handlers struct {
 	// Backoff overrides the route's backoff (tests shorten it);
 	// DefaultBackoff when zero.
 	Backoff route.Backoff
-	// Objects reads the documents of ingest-queue's S3 notifications; nil
-	// leaves the ingest-worker route out (no S3 client is built yet:
-	// MemoryObjects serves the embedded mode and tests).
+	// Objects reads the documents of ingest-queue's S3 notifications (the
+	// S3 adapter; MemoryObjects for sample traffic and tests); nil leaves the
+	// ingest-worker route out.
 	Objects Objects
+	// Bucket is the bucket whose documents are ingested
+	// (disputes.s3_bucket): records of other buckets are dropped with a log
+	// line. "" accepts every bucket.
+	Bucket string
 	// IngestBackoff overrides ingest-queue's backoff;
 	// DefaultIngestBackoff when zero.
 	IngestBackoff route.Backoff
@@ -118,5 +122,6 @@ func (h Handlers) ingestRoute() route.Route {
 }
 
 // Catalog is the spec's routes (both) for `eventpipe publish` validation
-// only: their handlers must not be run.
+// only: their handlers must not be run (its Objects is an empty
+// MemoryObjects).
 func Catalog() route.Set { return Handlers{Objects: NewMemoryObjects()}.Routes() }

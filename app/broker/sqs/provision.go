@@ -39,12 +39,24 @@ import (
 //	DeadLetter+MaxReceives   RedrivePolicy {deadLetterTargetArn, maxReceiveCount}
 //	                                                         MaxReceives 0 = no RedrivePolicy (DLQ still created)
 //	(broker.MaxPayloadBytes) MaximumMessageSize              always 1048576
+//	S3Notifications.Bucket   Policy: statement Sid           no statement managed
+//	                         eventpipe-s3-notifications
 //	BatchSize, Type          — (consumer side / RabbitMQ only)
 //
 // Encryption "" leaves SqsManagedSseEnabled alone instead of turning
 // encryption off: SQS enables SSE-SQS on new queues by default, and a missing
 // key in a YAML file must never make a live queue less protected. Queues
 // encrypted with KMS (KmsMasterKeyId) are not inspected.
+//
+// S3Notifications manages one statement of the queue's access policy, the
+// one with Sid eventpipe-s3-notifications: s3.amazonaws.com may
+// sqs:SendMessage to the queue when aws:SourceArn is the bucket's ARN (in
+// the queue's partition) and, when SourceAccount is set, aws:SourceAccount
+// is that account — AWS's documented policy for S3 event notifications.
+// The policy's other statements (an operator's, another service's) are kept
+// as they are; a queue whose S3Notifications has no Bucket (the setting is
+// not set) keeps its policy untouched. A queue being created gets the
+// statement right after CreateQueue, once its ARN is known.
 //
 // MaximumMessageSize is managed because the pipeline's one size limit is
 // 1 MiB on every broker: a queue created before SQS raised its default keeps
@@ -62,7 +74,12 @@ const (
 	attrContentDedu = string(types.QueueAttributeNameContentBasedDeduplication)
 	attrRedrive     = string(types.QueueAttributeNameRedrivePolicy)
 	attrArn         = string(types.QueueAttributeNameQueueArn)
+	attrPolicy      = string(types.QueueAttributeNamePolicy)
 )
+
+// s3StatementSid names the access-policy statement provisioning manages for
+// a queue that receives S3 event notifications.
+const s3StatementSid = "eventpipe-s3-notifications"
 
 // SQS defaults for attributes whose declared zero value means "the default".
 const (
@@ -112,6 +129,9 @@ type desired struct {
 	name    string
 	attrs   map[string]string
 	redrive *redrivePolicy
+	// s3 is the bucket whose notifications the queue's policy admits; nil
+	// leaves the policy alone.
+	s3 *topology.S3Notifications
 }
 
 func seconds(d, zero time.Duration) string {
@@ -143,7 +163,106 @@ func desiredQueue(q topology.Queue, dlqArn string) desired {
 	if q.DeadLetter != nil && q.MaxReceives > 0 {
 		d.redrive = &redrivePolicy{DeadLetterTargetArn: dlqArn, MaxReceiveCount: q.MaxReceives}
 	}
+	if n := q.S3Notifications; n != nil && n.Bucket != "" {
+		d.s3 = n
+	}
 	return d
+}
+
+// s3Statement is the access-policy statement that lets S3 send n's bucket's
+// event notifications to the queue queueArn (AWS's documented example: the
+// s3.amazonaws.com service principal, sqs:SendMessage, the bucket as
+// aws:SourceArn, the owner as aws:SourceAccount).
+func s3Statement(queueArn string, n topology.S3Notifications) map[string]any {
+	partition := "aws"
+	if parts := strings.SplitN(queueArn, ":", 3); len(parts) == 3 && parts[0] == "arn" && parts[1] != "" {
+		partition = parts[1]
+	}
+	cond := map[string]any{"ArnLike": map[string]any{"aws:SourceArn": "arn:" + partition + ":s3:::" + n.Bucket}}
+	if n.SourceAccount != "" {
+		cond["StringEquals"] = map[string]any{"aws:SourceAccount": n.SourceAccount}
+	}
+	return map[string]any{
+		"Sid":       s3StatementSid,
+		"Effect":    "Allow",
+		"Principal": map[string]any{"Service": "s3.amazonaws.com"},
+		"Action":    "sqs:SendMessage",
+		"Resource":  queueArn,
+		"Condition": cond,
+	}
+}
+
+// withStatement returns the access policy live (SQS's Policy attribute, ""
+// for none) with stmt in place of its statement of the same Sid, or added:
+// the policy to set and the statement it replaces ("" when there was
+// none); changed is false when live already has stmt, compared as JSON
+// values (SQS may hand a policy back reformatted). Statements with other
+// Sids are kept as they are.
+func withStatement(live string, stmt map[string]any) (policy, had string, changed bool, err error) {
+	canon := func(v any) string {
+		b, err := json.Marshal(v) // maps marshal with sorted keys
+		if err != nil {           // decoded JSON always marshals
+			panic(err)
+		}
+		return string(b)
+	}
+	want := canon(stmt)
+	doc := map[string]any{"Version": "2012-10-17"}
+	if strings.TrimSpace(live) != "" {
+		if err := json.Unmarshal([]byte(live), &doc); err != nil {
+			return "", "", false, fmt.Errorf("access policy is not JSON: %w", err)
+		}
+	}
+	var statements []any
+	switch st := doc["Statement"].(type) {
+	case nil:
+	case []any:
+		statements = st
+	case map[string]any: // IAM's grammar allows a single statement
+		statements = []any{st}
+	default:
+		return "", "", false, fmt.Errorf("access policy: Statement is a %T", st)
+	}
+	found := false
+	for i, st := range statements {
+		m, ok := st.(map[string]any)
+		if !ok || m["Sid"] != s3StatementSid {
+			continue
+		}
+		found, had = true, canon(m)
+		if had == want {
+			return live, had, false, nil
+		}
+		statements[i] = stmt
+	}
+	if !found {
+		statements = append(statements, stmt)
+	}
+	doc["Statement"] = statements
+	return canon(doc), had, true, nil
+}
+
+// policyChange compares the queue's live access policy with d's S3
+// statement: the change and the policy to set, or nil when nothing is to be
+// done. A live policy that cannot be read is reported with a fix and left
+// as it is.
+func (d desired) policyChange(live map[string]string) (*topology.Change, string) {
+	if d.s3 == nil {
+		return nil, ""
+	}
+	object := "queue " + d.name
+	attr := attrPolicy + ".Statement[" + s3StatementSid + "]"
+	stmt := s3Statement(live[attrArn], *d.s3)
+	policy, had, changed, err := withStatement(live[attrPolicy], stmt)
+	if err != nil {
+		return &topology.Change{Kind: topology.Differs, Object: object, Attribute: attrPolicy, Have: live[attrPolicy],
+			Fix: fmt.Sprintf("%v: fix the queue's access policy by hand, then apply again", err)}, ""
+	}
+	if !changed {
+		return nil, ""
+	}
+	b, _ := json.Marshal(stmt)
+	return &topology.Change{Kind: topology.Differs, Object: object, Attribute: attr, Want: string(b), Have: had}, policy
 }
 
 // createAttributes are the attributes CreateQueue gets.
@@ -210,6 +329,12 @@ func (d desired) diff(live map[string]string) (changes topology.Plan, set map[st
 			changes = append(changes, topology.Change{Kind: topology.Differs, Object: object, Attribute: attrRedrive + ".maxReceiveCount",
 				Want: strconv.Itoa(d.redrive.MaxReceiveCount), Have: strconv.Itoa(have.MaxReceiveCount)})
 			set[attrRedrive] = d.redrive.encode()
+		}
+	}
+	if c, policy := d.policyChange(live); c != nil {
+		changes = append(changes, *c)
+		if c.Fix == "" {
+			set[attrPolicy] = policy
 		}
 	}
 	if live[attrFIFO] != "true" && d.attrs[attrFIFO] == "true" {
@@ -343,11 +468,22 @@ func (pr *provisioner) ensure(ctx context.Context, name string) (string, error) 
 		if err != nil {
 			return "", err
 		}
-		if live == nil { // created: nothing to compare
-			arn, err := pr.p.queueArn(ctx, name)
+		if live == nil { // created: nothing to compare but the access policy
+			created, err := pr.p.lookupQueue(ctx, name)
 			if err != nil {
 				return "", err
 			}
+			if created == nil || created.attrs[attrArn] == "" {
+				return "", fmt.Errorf("sqs: queue %s: created but not found with an ARN", name)
+			}
+			if c, policy := want.policyChange(created.attrs); c != nil {
+				if c.Fix != "" {
+					pr.plan = append(pr.plan, *c)
+				} else if err := pr.p.setAttributes(ctx, created.url, name, map[string]string{attrPolicy: policy}); err != nil {
+					return "", err
+				}
+			}
+			arn := created.attrs[attrArn]
 			pr.done[name] = arn
 			return arn, nil
 		}
@@ -427,17 +563,6 @@ func (p *PubSub) lookupQueue(ctx context.Context, name string) (*liveQueue, erro
 		return nil, fmt.Errorf("sqs: get attributes of queue %s: %w", name, err)
 	}
 	return &liveQueue{url: url, attrs: attrs.Attributes}, nil
-}
-
-func (p *PubSub) queueArn(ctx context.Context, name string) (string, error) {
-	live, err := p.lookupQueue(ctx, name)
-	if err != nil {
-		return "", err
-	}
-	if live == nil || live.attrs[attrArn] == "" {
-		return "", fmt.Errorf("sqs: queue %s: created but not found with an ARN", name)
-	}
-	return live.attrs[attrArn], nil
 }
 
 // createQueue creates the queue with its attributes. When SQS says a queue of

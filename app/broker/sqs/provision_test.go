@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -439,4 +440,105 @@ func TestApplySpecTopologies(t *testing.T) {
 			applyInSync(t, ps, tp)
 		})
 	}
+}
+
+// s3Policy reads the queue's access policy back and returns it with the
+// statement eventpipe manages.
+func s3Policy(t *testing.T, c *awssqs.Client, name string) (doc map[string]any, stmt map[string]any) {
+	t.Helper()
+	raw := attributes(t, c, name)["Policy"]
+	require.NotEmpty(t, raw, "queue %s has no access policy", name)
+	require.NoError(t, json.Unmarshal([]byte(raw), &doc), raw)
+	for _, s := range doc["Statement"].([]any) {
+		if m := s.(map[string]any); m["Sid"] == "eventpipe-s3-notifications" {
+			return doc, m
+		}
+	}
+	require.Failf(t, "no eventpipe-s3-notifications statement", "%s", raw)
+	return nil, nil
+}
+
+// A queue that receives S3 event notifications (the disputes topology's
+// ingest-queue, its bucket from the deployment) gets the access policy S3
+// needs: created with it, read back with GetQueueAttributes, in sync after;
+// a statement someone else added is kept; a new bucket or account changes
+// the statement in place.
+func TestApplySetsS3NotificationPolicy(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	data, err := config.TopologyFile("disputes")
+	require.NoError(t, err)
+	shipped, err := topology.Parse(data)
+	require.NoError(t, err)
+	ingest, ok := shipped.Queue("ingest-queue")
+	require.True(t, ok)
+	require.NotNil(t, ingest.S3Notifications, "the shipped ingest-queue receives S3 notifications")
+	assert.Equal(t, "disputes.s3_bucket", ingest.S3Notifications.From)
+
+	withBucket := func(bucket, account string) topology.Topology {
+		tp, err := shipped.WithS3Buckets(func(string) (string, string, error) { return bucket, account, nil })
+		require.NoError(t, err)
+		return tp
+	}
+	tp := uniqueTopology(t, withBucket("kb-docs", "123456789012"))
+	ingestQ := tp.Queues[0].Name
+	require.True(t, strings.HasSuffix(ingestQ, "-ingest-queue"), ingestQ)
+	ps := newPubSub(t, testConfig(t))
+	c := rawClient(t)
+
+	applyInSync(t, ps, tp)
+	arn := attributes(t, c, ingestQ)["QueueArn"]
+	doc, stmt := s3Policy(t, c, ingestQ)
+	assert.Equal(t, "2012-10-17", doc["Version"])
+	assert.Equal(t, map[string]any{
+		"Sid": "eventpipe-s3-notifications", "Effect": "Allow",
+		"Principal": map[string]any{"Service": "s3.amazonaws.com"},
+		"Action":    "sqs:SendMessage",
+		"Resource":  arn,
+		"Condition": map[string]any{
+			"ArnLike":      map[string]any{"aws:SourceArn": "arn:aws:s3:::kb-docs"},
+			"StringEquals": map[string]any{"aws:SourceAccount": "123456789012"},
+		},
+	}, stmt)
+	for _, q := range tp.AllQueues()[1:] {
+		assert.Empty(t, attributes(t, c, q.Name)["Policy"], "only the queue S3 sends to gets a policy: %s", q.Name)
+	}
+
+	// Someone adds a statement of their own: it stays, and nothing drifted.
+	foreign := map[string]any{"Sid": "ops-read", "Effect": "Allow", "Principal": map[string]any{"AWS": "arn:aws:iam::123456789012:root"},
+		"Action": "sqs:ReceiveMessage", "Resource": arn}
+	doc["Statement"] = append(doc["Statement"].([]any), foreign)
+	b, err := json.Marshal(doc)
+	require.NoError(t, err)
+	_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: aws.String(queueURL(t, c, ingestQ)), Attributes: map[string]string{"Policy": string(b)}})
+	require.NoError(t, err)
+	applyInSync(t, ps, tp)
+
+	// Another bucket, no account condition: the plan shows the statement,
+	// apply replaces it and keeps the foreign one.
+	moved := uniqueTopologyNames(tp, withBucket("kb-docs-2", ""))
+	plan, err := ps.Plan(ctx, moved)
+	require.NoError(t, err)
+	require.Len(t, plan, 1, "plan:\n%s", plan)
+	assert.Equal(t, "Policy.Statement[eventpipe-s3-notifications]", plan[0].Attribute)
+	assert.Contains(t, plan[0].Want, "arn:aws:s3:::kb-docs-2")
+	assert.Contains(t, plan[0].Have, "arn:aws:s3:::kb-docs")
+	applyInSync(t, ps, moved)
+	doc, stmt = s3Policy(t, c, ingestQ)
+	assert.Equal(t, map[string]any{"ArnLike": map[string]any{"aws:SourceArn": "arn:aws:s3:::kb-docs-2"}}, stmt["Condition"])
+	require.Len(t, doc["Statement"], 2)
+	assert.Equal(t, "ops-read", doc["Statement"].([]any)[1].(map[string]any)["Sid"], "the foreign statement is kept")
+
+	// The setting unset: the policy is left as it is.
+	unset := uniqueTopologyNames(tp, withBucket("", ""))
+	applyInSync(t, ps, unset)
+	_, stmt = s3Policy(t, c, ingestQ)
+	assert.Equal(t, map[string]any{"ArnLike": map[string]any{"aws:SourceArn": "arn:aws:s3:::kb-docs-2"}}, stmt["Condition"])
+}
+
+// uniqueTopologyNames gives next the queue names of named (both from the
+// same file): the same live queues, declared differently.
+func uniqueTopologyNames(named, next topology.Topology) topology.Topology {
+	prefix := strings.TrimSuffix(named.Queues[0].Name, next.Queues[0].Name)
+	return prefixed(next, prefix)
 }
