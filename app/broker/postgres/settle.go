@@ -77,19 +77,18 @@ func (s queueSchema) settleQuery(topic string, ss []settlement) wsql.Query {
 	}
 }
 
-// settle applies ss, retrying while the database fails, for up to
-// settleTimeout. It does not follow the subscription's context: the acks and
+// settle applies ss, retrying while the database fails, until giveUp. It
+// does not follow the subscription's context: the acks and
 // nacks a subscription got before it was stopped are still settled, and its
 // undelivered rows given back. It returns the offsets still claimed after
 // the renewals in ss, and when their lease ends by this clock (no later than
 // by the database's, which started it after this process sent the
 // statement).
-func (sub *subscription) settle(ss []settlement) (renewed map[int64]bool, leaseEnd time.Time, err error) {
+func (sub *subscription) settle(ss []settlement, giveUp time.Time) (renewed map[int64]bool, leaseEnd time.Time, err error) {
 	if len(ss) == 0 {
 		return nil, time.Time{}, nil
 	}
 	q := sub.schema.settleQuery(sub.topic, ss)
-	giveUp := time.Now().Add(settleTimeout)
 	for attempt := 1; ; attempt++ {
 		sent := time.Now()
 		ctx, cancel := context.WithDeadline(context.Background(), giveUp)
