@@ -18,6 +18,11 @@ import (
 // reports, the broker's reads. A message whose context carries no clock, or
 // whose handler never reports, has no deadline.
 type AttemptClock struct {
+	// Context is the message's context the clock was put in: the clock is
+	// that context too, with itself as a value, so that putting it there
+	// costs one allocation per message.
+	context.Context
+
 	mu sync.Mutex
 	// deadline is the running attempt's, zero between attempts (a retry's
 	// backoff is the policy's, bounded by it, and keeps the lease).
@@ -28,8 +33,16 @@ type attemptClockKey struct{}
 
 // WithAttemptClock returns ctx carrying a new clock, and the clock.
 func WithAttemptClock(ctx context.Context) (context.Context, *AttemptClock) {
-	c := &AttemptClock{}
-	return context.WithValue(ctx, attemptClockKey{}, c), c
+	c := &AttemptClock{Context: ctx}
+	return c, c
+}
+
+// Value is the clock for its own key, else the parent context's value.
+func (c *AttemptClock) Value(key any) any {
+	if key == (attemptClockKey{}) {
+		return c
+	}
+	return c.Context.Value(key)
 }
 
 // StartAttempt reports to the clock in ctx, if there is one, that an attempt

@@ -17,8 +17,9 @@
 // and makes the row available again, to any subscriber, after the delay in
 // the message's metadata.NackDelayKey metadata when it has a valid one (the
 // retry middleware's back-off), else after RedeliveryDelay. A batch's acks
-// and nacks are applied together in one statement when the batch is done, or
-// earlier (see Leases). Delivery is at least once. Order is publish order for
+// and nacks are applied together in one statement when the batch is done,
+// sent with the next claim in one round trip that commits both (or earlier,
+// see Leases): a batch costs one commit. Delivery is at least once. Order is publish order for
 // a single subscriber that never nacks; competing subscribers interleave.
 //
 // A delivery that ends in neither an ack nor a nack still counts:

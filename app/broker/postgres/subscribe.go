@@ -9,6 +9,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/eventpipe/eventpipe/app/broker"
@@ -35,6 +36,8 @@ func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.M
 	sub := &subscription{
 		topic:           topic,
 		schema:          p.schema,
+		claimSQL:        p.schema.claimSQL(topic),
+		settleSQL:       p.schema.settleSQL(topic),
 		pool:            p.consumePool,
 		batchSize:       p.cfg.batchSizeOf(topic),
 		deadline:        p.cfg.ackDeadlineOf(topic),
@@ -81,6 +84,8 @@ type subscription struct {
 	topic  string
 	schema queueSchema
 	pool   *pgxpool.Pool
+	// claimSQL and settleSQL are the topic's statements, built once.
+	claimSQL, settleSQL string
 
 	batchSize       int
 	deadline        time.Duration
@@ -121,8 +126,13 @@ func (sub *subscription) run(ctx context.Context) {
 	sub.timer = time.NewTimer(time.Hour)
 	sub.timer.Stop()
 
+	// pending are the settlements of the last batch, applied with the next
+	// claim.
+	var pending []settlement
+	defer func() { sub.flush(&held{settled: pending}) }()
 	for ctx.Err() == nil {
-		rows, leaseEnd, err := sub.claim(ctx)
+		rows, leaseEnd, err := sub.claim(ctx, pending)
+		pending = nil
 		switch {
 		case ctx.Err() != nil:
 			// The subscription stopped while it claimed: work gives the
@@ -135,28 +145,41 @@ func (sub *subscription) run(ctx context.Context) {
 			sleep(ctx, sub.pollInterval)
 			continue
 		}
-		if stalled := sub.work(ctx, &held{rows: rows, leaseEnd: leaseEnd}); stalled {
+		h := &held{rows: rows, leaseEnd: leaseEnd}
+		stalled := sub.work(ctx, h)
+		if stalled || ctx.Err() != nil {
+			sub.flush(h)
+		} else {
+			pending = h.settled
+		}
+		if stalled {
 			sleep(ctx, sub.pollInterval)
 		}
 	}
 }
 
-// claim claims up to batchSize rows, in offset order, and returns when their
-// lease ends by this clock. The statement does not stop when ctx ends: a
-// claim cut off after it committed would leave its rows counted and
-// claimed, unseen, for a whole lease; run to its end, it is given back.
-func (sub *subscription) claim(ctx context.Context) ([]claimedRow, time.Time, error) {
+// claim applies pending and claims up to batchSize rows, in offset order,
+// and returns when their lease ends by this clock. Both statements go in one
+// round trip and commit together (a pgx batch is one implicit transaction),
+// and the claim's rows are handed out only once that commit is confirmed: a
+// batch costs one commit, its acks riding with the next claim. When the
+// round trip fails, pending is settled on its own, retried. The statements do
+// not stop when ctx ends: a claim cut off after it committed would leave its
+// rows counted and claimed, unseen, for a whole lease; run to its end, it is
+// given back.
+func (sub *subscription) claim(ctx context.Context, pending []settlement) ([]claimedRow, time.Time, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
-	q := sub.schema.claimQuery(sub.topic, sub.batchSize, sub.deadline)
-	sent := time.Now()
-	rows, err := sub.pool.Query(ctx, q.Query, q.Args...)
-	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("claim: %w", err)
+	var (
+		b       pgx.Batch
+		claimed []claimedRow
+	)
+	if len(pending) > 0 {
+		b.Queue(sub.settleSQL, settleArgs(pending)...)
 	}
-	defer rows.Close()
-	var claimed []claimedRow
-	for rows.Next() {
+	b.Queue(sub.claimSQL, claimArgs(sub.batchSize, sub.deadline)...).Query(func(rows pgx.Rows) error {
+		// Scanned into the same variables row after row (pgx gives every
+		// row its own payload, metadata, uuid and time).
 		var (
 			r                 claimedRow
 			uuid              string
@@ -164,13 +187,23 @@ func (sub *subscription) claim(ctx context.Context) ([]claimedRow, time.Time, er
 			earlier           int64
 			firstFailedAtTime *time.Time
 		)
-		if err := rows.Scan(&r.offset, &uuid, &payload, &md, &earlier, &firstFailedAtTime, &r.token); err != nil {
-			return nil, time.Time{}, fmt.Errorf("claim: scan row: %w", err)
+		dest := []any{&r.offset, &uuid, &payload, &md, &earlier, &firstFailedAtTime, &r.token}
+		claimed = make([]claimedRow, 0, sub.batchSize)
+		for rows.Next() {
+			if err := rows.Scan(dest...); err != nil {
+				return fmt.Errorf("scan row: %w", err)
+			}
+			r.msg = sub.schema.deliveredMessage(r.offset, uuid, payload, md, earlier, firstFailedAtTime)
+			claimed = append(claimed, r)
 		}
-		r.msg = sub.schema.deliveredMessage(r.offset, uuid, payload, md, earlier, firstFailedAtTime)
-		claimed = append(claimed, r)
-	}
-	if err := rows.Err(); err != nil {
+		return rows.Err()
+	})
+	sent := time.Now()
+	// Close reads every result and the end of the implicit transaction.
+	if err := sub.pool.SendBatch(ctx, &b).Close(); err != nil {
+		if len(pending) > 0 {
+			sub.flush(&held{settled: pending})
+		}
 		return nil, time.Time{}, fmt.Errorf("claim: %w", err)
 	}
 	slices.SortFunc(claimed, func(a, b claimedRow) int { return cmp.Compare(a.offset, b.offset) })
@@ -203,10 +236,12 @@ type held struct {
 	leaseEnd time.Time
 }
 
-// work hands the claimed rows out one at a time and settles them: at the end
-// of the batch, when the lease must be renewed, while a slow handler runs
-// (so that what was settled before it does not outlive its lease), and when
-// the subscription stops. The rows it has not delivered then are given back,
+// work hands the claimed rows out one at a time and settles them: when the
+// lease must be renewed and while a slow handler runs (so that what was
+// settled before it does not outlive its lease); what is left settled at the
+// end of the batch is left in h for the caller to apply (with the next
+// claim). The rows it has not delivered when the subscription stops are
+// given back,
 // uncounted, and so are they when the consumer does not take a message
 // within the lease slack: stalled, a consumer that no longer reads its
 // channel (without cancelling the subscription) leaves its rows to others
@@ -216,7 +251,7 @@ func (sub *subscription) work(ctx context.Context, h *held) (stalled bool) {
 	for len(h.rows) > 0 && ctx.Err() == nil {
 		if time.Until(h.leaseEnd) < sub.deadline-sub.leaseSlack() {
 			if ok, _ := sub.renew(h, -1); !ok {
-				return false
+				break
 			}
 			continue
 		}
@@ -236,7 +271,6 @@ func (sub *subscription) work(ctx context.Context, h *held) (stalled bool) {
 		h.settled = append(h.settled, settlement{row: r, action: giveBack})
 	}
 	h.rows = nil
-	sub.flush(h)
 	return stalled
 }
 
