@@ -188,10 +188,12 @@ func (sub *subscription) claim(ctx context.Context, pending []settlement) ([]cla
 			firstFailedAtTime *time.Time
 		)
 		dest := []any{&r.offset, &uuid, &payload, &md, &earlier, &firstFailedAtTime, &r.token}
-		claimed = make([]claimedRow, 0, sub.batchSize)
 		for rows.Next() {
 			if err := rows.Scan(dest...); err != nil {
 				return fmt.Errorf("scan row: %w", err)
+			}
+			if claimed == nil { // an idle poll allocates no batch
+				claimed = make([]claimedRow, 0, sub.batchSize)
 			}
 			r.msg = sub.schema.deliveredMessage(r.offset, uuid, payload, md, earlier, firstFailedAtTime)
 			claimed = append(claimed, r)
@@ -236,16 +238,15 @@ type held struct {
 	leaseEnd time.Time
 }
 
-// work hands the claimed rows out one at a time and settles them: when the
+// work hands the claimed rows out one at a time and settles them when the
 // lease must be renewed and while a slow handler runs (so that what was
-// settled before it does not outlive its lease); what is left settled at the
-// end of the batch is left in h for the caller to apply (with the next
+// settled before it does not outlive its lease); what is settled at the end
+// of the batch is left in h.settled for the caller to apply (with the next
 // claim). The rows it has not delivered when the subscription stops are
-// given back,
-// uncounted, and so are they when the consumer does not take a message
-// within the lease slack: stalled, a consumer that no longer reads its
-// channel (without cancelling the subscription) leaves its rows to others
-// instead of renewing their lease for as long as it stalls, and the
+// given back, uncounted, and so are they when the consumer does not take a
+// message within the lease slack: stalled, a consumer that no longer reads
+// its channel (without cancelling the subscription) leaves its rows to
+// others instead of renewing their lease for as long as it stalls, and the
 // subscription claims again a poll interval later.
 func (sub *subscription) work(ctx context.Context, h *held) (stalled bool) {
 	for len(h.rows) > 0 && ctx.Err() == nil {
