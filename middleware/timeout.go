@@ -9,6 +9,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/failure"
 )
 
@@ -16,15 +17,20 @@ import (
 // after d, and an attempt that returns after its deadline is a transient
 // failure ("handler timed out"), retried or dead-lettered by the policy like
 // any other — never mistaken for shutdown. The handler must honour its
-// context: Timeout does not abandon a handler that ignores it.
+// context: Timeout does not abandon a handler that ignores it, but it tells
+// the broker's heartbeat (broker.StartAttempt) when the attempt must end, so
+// that a handler past it no longer keeps its message leased.
 func Timeout(d time.Duration) message.HandlerMiddleware {
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			parent := msg.Context()
 			ctx, cancel := context.WithTimeout(parent, d)
 			defer cancel()
+			deadline, _ := ctx.Deadline()
+			endAttempt := broker.StartAttempt(parent, deadline)
 			msg.SetContext(ctx)
 			produced, err := h(msg)
+			endAttempt()
 			msg.SetContext(parent)
 			if err != nil && parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return produced, timedOut(d, err)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/failure"
 	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/app/route"
@@ -91,4 +92,26 @@ func TestInvalidUTF8IsPermanent(t *testing.T) {
 		assert.True(t, called, "%s: a binary route takes any bytes", name)
 		assert.Empty(t, dlq)
 	}
+}
+
+// Timeout reports each attempt's deadline to the broker's clock in the
+// message's context, and the end of the attempt: a handler past its deadline
+// is overdue, and between attempts nothing is.
+func TestTimeoutReportsTheAttemptDeadline(t *testing.T) {
+	t.Parallel()
+	ctx, clock := broker.WithAttemptClock(context.Background())
+	msg := message.NewMessage("msg-1", nil)
+	msg.SetContext(ctx)
+	var during, overdue bool
+	h := middleware.Timeout(50 * time.Millisecond)(func(msg *message.Message) ([]*message.Message, error) {
+		during = clock.Overdue(time.Now())
+		<-msg.Context().Done()
+		overdue = clock.Overdue(time.Now())
+		return nil, nil
+	})
+	_, err := h(msg)
+	require.NoError(t, err)
+	assert.False(t, during, "within the deadline")
+	assert.True(t, overdue, "past the deadline while the handler still runs")
+	assert.False(t, clock.Overdue(time.Now()), "the attempt is over")
 }

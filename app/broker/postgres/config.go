@@ -57,11 +57,12 @@ type Config struct {
 	// receives 10 on one queue and 1 on the other).
 	QueueBatchSizes map[string]int
 
-	// AckDeadline is the lease of a claim, a visibility timeout: a delivered
-	// message has that long, less a slack of a tenth of it up to 1 s at most,
-	// to be acked or nacked. Then its context is cancelled and the message is
-	// delivered again; a subscriber that dies holding messages leaves them
-	// claimed that long. Set it above the slowest handler. Default 30 s.
+	// AckDeadline is the lease of a claim, a visibility timeout: while a
+	// delivered message is neither acked nor nacked its lease is renewed
+	// every third of it (see Leases in the package documentation), until its
+	// handler passes its own deadline; then, at most AckDeadline later, its
+	// context is cancelled and the message is delivered again. A subscriber
+	// that dies holding messages leaves them claimed that long. Default 30 s.
 	AckDeadline time.Duration
 
 	// QueueAckDeadlines overrides AckDeadline for some queues (topic → a

@@ -27,7 +27,7 @@ const maxIdentifierBytes = 63
 // queueSchema is the watermill-sql SchemaAdapter of one table per topic, used
 // as a work queue. watermill-sql's Publisher uses it to create tables and
 // insert rows; the subscriber is this package's own (subscribe.go), which
-// claims rows with claimQuery and settles them with settleQuery.
+// claims rows with claimSQL and settles them with settleSQL.
 type queueSchema struct {
 	schema string
 	prefix string
@@ -181,7 +181,7 @@ func nonNil(b []byte) []byte {
 	return b
 }
 
-// claimQuery claims the oldest available rows of topic, at most limit of
+// claimSQL claims the oldest available rows of topic, at most limit of
 // them, for lease: in one statement, committed before any of them is handed
 // out, each row's attempts goes up by one and the row becomes unavailable
 // until the lease ends (available_at = claimed_until = the statement's start
@@ -193,15 +193,18 @@ func nonNil(b []byte) []byte {
 //
 // A claimed row reads as UnmarshalMessage scans it (attempts as the number of
 // earlier claims), with the claim's own count last: the claim's identity,
-// which settleQuery checks so that a subscriber whose lease ran out cannot
+// which settleSQL checks so that a subscriber whose lease ran out cannot
 // settle a row that another one has claimed since.
-func (s queueSchema) claimQuery(topic string, limit int, lease time.Duration) wsql.Query {
+//
+// The statement's text is the same for every claim of a subscription, which
+// builds it once (and pgx prepares it once per connection); claimArgs are
+// its parameters.
+func (s queueSchema) claimSQL(topic string) string {
 	table := s.table(topic)
 	// The lease runs from the statement's start, so that the subscriber's
 	// estimate of its end (its own clock, read before sending, plus lease)
 	// is never later than the database's.
-	return wsql.Query{
-		Query: `WITH claimable AS (
+	return `WITH claimable AS (
 				SELECT "offset" FROM ` + table + `
 				WHERE available_at <= clock_timestamp()
 				ORDER BY "offset"
@@ -214,13 +217,17 @@ func (s queueSchema) claimQuery(topic string, limit int, lease time.Duration) ws
 				claimed_until = statement_timestamp() + $2::bigint * interval '1 microsecond'
 			FROM claimable
 			WHERE q."offset" = claimable."offset"
-			RETURNING q."offset", q.uuid, q.payload, q.metadata, q.attempts - 1, q.first_failed_at, q.attempts`,
-		Args: []any{limit, lease.Microseconds()},
-	}
+			RETURNING q."offset", q.uuid, q.payload, q.metadata, q.attempts - 1, q.first_failed_at, q.attempts`
+}
+
+// claimArgs are the parameters of claimSQL: at most limit rows, leased for
+// lease.
+func claimArgs(limit int, lease time.Duration) []any {
+	return []any{limit, lease.Microseconds()}
 }
 
 // SelectQuery is part of watermill-sql's SchemaAdapter, which only its
-// Subscriber calls; this package's subscriber claims with claimQuery.
+// Subscriber calls; this package's subscriber claims with claimSQL.
 func (s queueSchema) SelectQuery(wsql.SelectQueryParams) (wsql.Query, error) {
 	return wsql.Query{}, fmt.Errorf("postgres: rows are claimed with a lease, not selected in a transaction")
 }
@@ -292,7 +299,13 @@ func setDeliveryMetadata(md message.Metadata, attempts int64, firstFailed *time.
 // that is not an object (null, an array, a scalar, invalid JSON) gives empty
 // metadata.
 func decodeMetadata(raw []byte) (message.Metadata, error) {
+	// What this broker writes decodes in one pass; only anything else takes
+	// the field-by-field repair below.
 	md := message.Metadata{}
+	if json.Unmarshal(raw, &md) == nil && md != nil { // null leaves it nil
+		return md, nil
+	}
+	md = message.Metadata{}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &fields); err != nil {
 		return md, fmt.Errorf("metadata is not a JSON object: %w", err)

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -43,22 +42,15 @@ type settlement struct {
 	delay time.Duration
 }
 
-// settleQuery applies settlements in one statement. Every row is matched by
-// its offset and by its claim's count (the token): a row whose lease ran out
-// and that another subscriber has claimed since is left alone, and running
-// the statement twice (a retry after a lost answer) changes nothing more. It
-// returns the offsets it renewed.
-func (s queueSchema) settleQuery(topic string, ss []settlement) wsql.Query {
-	offsets := make([]int64, len(ss))
-	tokens := make([]int64, len(ss))
-	actions := make([]string, len(ss))
-	delays := make([]int64, len(ss))
-	for i, st := range ss {
-		offsets[i], tokens[i], actions[i], delays[i] = st.row.offset, st.row.token, string(st.action), st.delay.Microseconds()
-	}
+// settleSQL applies settlements in one statement, its parameters
+// settleArgs. Every row is matched by its offset and by its claim's count
+// (the token): a row whose lease ran out and that another subscriber has
+// claimed since is left alone, and running the statement twice (a retry
+// after a lost answer) changes nothing more. It returns the offsets it
+// renewed. A subscription builds the text once.
+func (s queueSchema) settleSQL(topic string) string {
 	table := s.table(topic)
-	return wsql.Query{
-		Query: `WITH s AS (
+	return `WITH s AS (
 				SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[]) AS s(off, token, action, delay_us)
 			), acked AS (
 				DELETE FROM ` + table + ` AS q USING s
@@ -72,28 +64,37 @@ func (s queueSchema) settleQuery(topic string, ss []settlement) wsql.Query {
 				last_failed_at = CASE WHEN s.action = 'nack' THEN clock_timestamp() ELSE q.last_failed_at END
 			FROM s
 			WHERE q."offset" = s.off AND q.attempts = s.token AND s.action <> 'ack'
-			RETURNING q."offset", s.action = 'renew'`,
-		Args: []any{offsets, tokens, actions, delays},
-	}
+			RETURNING q."offset", s.action = 'renew'`
 }
 
-// settle applies ss, retrying while the database fails, for up to
-// settleTimeout. It does not follow the subscription's context: the acks and
+// settleArgs are the parameters of settleSQL for ss.
+func settleArgs(ss []settlement) []any {
+	offsets := make([]int64, len(ss))
+	tokens := make([]int64, len(ss))
+	actions := make([]string, len(ss))
+	delays := make([]int64, len(ss))
+	for i, st := range ss {
+		offsets[i], tokens[i], actions[i], delays[i] = st.row.offset, st.row.token, string(st.action), st.delay.Microseconds()
+	}
+	return []any{offsets, tokens, actions, delays}
+}
+
+// settle applies ss, retrying while the database fails, until giveUp. It
+// does not follow the subscription's context: the acks and
 // nacks a subscription got before it was stopped are still settled, and its
 // undelivered rows given back. It returns the offsets still claimed after
 // the renewals in ss, and when their lease ends by this clock (no later than
 // by the database's, which started it after this process sent the
 // statement).
-func (sub *subscription) settle(ss []settlement) (renewed map[int64]bool, leaseEnd time.Time, err error) {
+func (sub *subscription) settle(ss []settlement, giveUp time.Time) (renewed map[int64]bool, leaseEnd time.Time, err error) {
 	if len(ss) == 0 {
 		return nil, time.Time{}, nil
 	}
-	q := sub.schema.settleQuery(sub.topic, ss)
-	giveUp := time.Now().Add(settleTimeout)
+	args := settleArgs(ss)
 	for attempt := 1; ; attempt++ {
 		sent := time.Now()
 		ctx, cancel := context.WithDeadline(context.Background(), giveUp)
-		renewed, err = sub.exec(ctx, q)
+		renewed, err = sub.exec(ctx, args)
 		cancel()
 		if err == nil {
 			return renewed, sent.Add(sub.deadline), nil
@@ -106,8 +107,8 @@ func (sub *subscription) settle(ss []settlement) (renewed map[int64]bool, leaseE
 	}
 }
 
-func (sub *subscription) exec(ctx context.Context, q wsql.Query) (map[int64]bool, error) {
-	rows, err := sub.pool.Query(ctx, q.Query, q.Args...)
+func (sub *subscription) exec(ctx context.Context, args []any) (map[int64]bool, error) {
+	rows, err := sub.pool.Query(ctx, sub.settleSQL, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -9,7 +9,10 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/eventpipe/eventpipe/app/broker"
 )
 
 // Subscribe starts a subscription that competes with every other subscriber
@@ -33,6 +36,8 @@ func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.M
 	sub := &subscription{
 		topic:           topic,
 		schema:          p.schema,
+		claimSQL:        p.schema.claimSQL(topic),
+		settleSQL:       p.schema.settleSQL(topic),
 		pool:            p.consumePool,
 		batchSize:       p.cfg.batchSizeOf(topic),
 		deadline:        p.cfg.ackDeadlineOf(topic),
@@ -79,6 +84,8 @@ type subscription struct {
 	topic  string
 	schema queueSchema
 	pool   *pgxpool.Pool
+	// claimSQL and settleSQL are the topic's statements, built once.
+	claimSQL, settleSQL string
 
 	batchSize       int
 	deadline        time.Duration
@@ -90,6 +97,12 @@ type subscription struct {
 	out    chan *message.Message
 	// closing is the PubSub's: it ends when Close is called.
 	closing context.Context
+
+	// msgBase is the parent of every delivered message's context: the
+	// subscription's values, ended by Close only.
+	msgBase context.Context
+	// timer serves every delivery in turn (one at a time).
+	timer *time.Timer
 }
 
 // claimedRow is a row this subscription has claimed.
@@ -102,8 +115,24 @@ type claimedRow struct {
 }
 
 func (sub *subscription) run(ctx context.Context) {
+	// Messages' contexts keep the subscription's values but not its end
+	// (a handler finishing after intake stopped must still settle what it
+	// has done); Close ends them.
+	base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBase()
+	stopOnClose := context.AfterFunc(sub.closing, cancelBase)
+	defer stopOnClose()
+	sub.msgBase = base
+	sub.timer = time.NewTimer(time.Hour)
+	sub.timer.Stop()
+
+	// pending are the settlements of the last batch, applied with the next
+	// claim.
+	var pending []settlement
+	defer func() { sub.flush(&held{settled: pending}) }()
 	for ctx.Err() == nil {
-		rows, leaseEnd, err := sub.claim(ctx)
+		rows, leaseEnd, err := sub.claim(ctx, pending)
+		pending = nil
 		switch {
 		case ctx.Err() != nil:
 			// The subscription stopped while it claimed: work gives the
@@ -116,28 +145,41 @@ func (sub *subscription) run(ctx context.Context) {
 			sleep(ctx, sub.pollInterval)
 			continue
 		}
-		if stalled := sub.work(ctx, rows, leaseEnd); stalled {
+		h := &held{rows: rows, leaseEnd: leaseEnd}
+		stalled := sub.work(ctx, h)
+		if stalled || ctx.Err() != nil {
+			sub.flush(h)
+		} else {
+			pending = h.settled
+		}
+		if stalled {
 			sleep(ctx, sub.pollInterval)
 		}
 	}
 }
 
-// claim claims up to batchSize rows, in offset order, and returns when their
-// lease ends by this clock. The statement does not stop when ctx ends: a
-// claim cut off after it committed would leave its rows counted and
-// claimed, unseen, for a whole lease; run to its end, it is given back.
-func (sub *subscription) claim(ctx context.Context) ([]claimedRow, time.Time, error) {
+// claim applies pending and claims up to batchSize rows, in offset order,
+// and returns when their lease ends by this clock. Both statements go in one
+// round trip and commit together (a pgx batch is one implicit transaction),
+// and the claim's rows are handed out only once that commit is confirmed: a
+// batch costs one commit, its acks riding with the next claim. When the
+// round trip fails, pending is settled on its own, retried. The statements do
+// not stop when ctx ends: a claim cut off after it committed would leave its
+// rows counted and claimed, unseen, for a whole lease; run to its end, it is
+// given back.
+func (sub *subscription) claim(ctx context.Context, pending []settlement) ([]claimedRow, time.Time, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
-	q := sub.schema.claimQuery(sub.topic, sub.batchSize, sub.deadline)
-	sent := time.Now()
-	rows, err := sub.pool.Query(ctx, q.Query, q.Args...)
-	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("claim: %w", err)
+	var (
+		b       pgx.Batch
+		claimed []claimedRow
+	)
+	if len(pending) > 0 {
+		b.Queue(sub.settleSQL, settleArgs(pending)...)
 	}
-	defer rows.Close()
-	var claimed []claimedRow
-	for rows.Next() {
+	b.Queue(sub.claimSQL, claimArgs(sub.batchSize, sub.deadline)...).Query(func(rows pgx.Rows) error {
+		// Scanned into the same variables row after row (pgx gives every
+		// row its own payload, metadata, uuid and time).
 		var (
 			r                 claimedRow
 			uuid              string
@@ -145,13 +187,25 @@ func (sub *subscription) claim(ctx context.Context) ([]claimedRow, time.Time, er
 			earlier           int64
 			firstFailedAtTime *time.Time
 		)
-		if err := rows.Scan(&r.offset, &uuid, &payload, &md, &earlier, &firstFailedAtTime, &r.token); err != nil {
-			return nil, time.Time{}, fmt.Errorf("claim: scan row: %w", err)
+		dest := []any{&r.offset, &uuid, &payload, &md, &earlier, &firstFailedAtTime, &r.token}
+		for rows.Next() {
+			if err := rows.Scan(dest...); err != nil {
+				return fmt.Errorf("scan row: %w", err)
+			}
+			if claimed == nil { // an idle poll allocates no batch
+				claimed = make([]claimedRow, 0, sub.batchSize)
+			}
+			r.msg = sub.schema.deliveredMessage(r.offset, uuid, payload, md, earlier, firstFailedAtTime)
+			claimed = append(claimed, r)
 		}
-		r.msg = sub.schema.deliveredMessage(r.offset, uuid, payload, md, earlier, firstFailedAtTime)
-		claimed = append(claimed, r)
-	}
-	if err := rows.Err(); err != nil {
+		return rows.Err()
+	})
+	sent := time.Now()
+	// Close reads every result and the end of the implicit transaction.
+	if err := sub.pool.SendBatch(ctx, &b).Close(); err != nil {
+		if len(pending) > 0 {
+			sub.flush(&held{settled: pending})
+		}
 		return nil, time.Time{}, fmt.Errorf("claim: %w", err)
 	}
 	slices.SortFunc(claimed, func(a, b claimedRow) int { return cmp.Compare(a.offset, b.offset) })
@@ -159,113 +213,173 @@ func (sub *subscription) claim(ctx context.Context) ([]claimedRow, time.Time, er
 }
 
 // leaseSlack is how much of a lease may be used up before a message is handed
-// out under it: a delivered message gets between deadline-leaseSlack and
-// deadline to be settled, and a batch renews its lease when its messages
-// have taken more than leaseSlack in all (never with fast handlers, at most
-// once per message with slow ones).
+// out under it: a delivered message starts with between deadline-leaseSlack
+// and deadline of lease, and a batch renews its lease before handing out a
+// message when its messages have taken more than leaseSlack in all (never
+// with fast handlers, at most once per message with slow ones).
 func (sub *subscription) leaseSlack() time.Duration {
 	return min(sub.deadline/10, time.Second)
 }
 
-// work hands the claimed rows out one at a time and settles them: at the end
-// of the batch, when the lease must be renewed, while a slow handler runs
-// (so that what was settled before it does not outlive its lease), and when
-// the subscription stops. The rows it has not delivered then are given back,
-// uncounted, and so are they when the consumer does not take a message
-// within the lease slack: stalled, a consumer that no longer reads its
-// channel (without cancelling the subscription) leaves its rows to others
-// instead of renewing their lease for as long as it stalls, and the
+// renewalAge is how old a lease may get while a delivered message is
+// handled before the heartbeat renews it: a third of the deadline, so that
+// every renewal is sent before half of the lease has passed, with the rest
+// left for the statement (and its retries) and for clock slack.
+func (sub *subscription) renewalAge() time.Duration { return sub.deadline / 3 }
+
+// held is what a subscription holds of one claim.
+type held struct {
+	// rows are the claimed rows not yet handed out, in offset order; while a
+	// message is delivered, it is rows[0].
+	rows []claimedRow
+	// settled are the settlements not yet applied.
+	settled []settlement
+	// leaseEnd is when the lease of every claimed row ends, by this clock.
+	leaseEnd time.Time
+}
+
+// work hands the claimed rows out one at a time and settles them when the
+// lease must be renewed and while a slow handler runs (so that what was
+// settled before it does not outlive its lease); what is settled at the end
+// of the batch is left in h.settled for the caller to apply (with the next
+// claim). The rows it has not delivered when the subscription stops are
+// given back, uncounted, and so are they when the consumer does not take a
+// message within the lease slack: stalled, a consumer that no longer reads
+// its channel (without cancelling the subscription) leaves its rows to
+// others instead of renewing their lease for as long as it stalls, and the
 // subscription claims again a poll interval later.
-func (sub *subscription) work(ctx context.Context, rows []claimedRow, leaseEnd time.Time) (stalled bool) {
-	var settled []settlement
-	flush := func() {
-		if _, _, err := sub.settle(settled); err != nil {
-			sub.logger.Error("Settling messages failed; their rows come back when their lease ends", err, nil)
-		}
-		settled = nil
-	}
-	for len(rows) > 0 && ctx.Err() == nil {
-		if time.Until(leaseEnd) < sub.deadline-sub.leaseSlack() {
-			var ok bool
-			if rows, leaseEnd, ok = sub.renew(settled, rows); !ok {
-				return false
+func (sub *subscription) work(ctx context.Context, h *held) (stalled bool) {
+	for len(h.rows) > 0 && ctx.Err() == nil {
+		if time.Until(h.leaseEnd) < sub.deadline-sub.leaseSlack() {
+			if ok, _ := sub.renew(h, -1); !ok {
+				break
 			}
-			settled = nil
 			continue
 		}
-		st, taken := sub.deliver(ctx, rows[0], leaseEnd, flush)
+		st, taken := sub.deliver(ctx, h)
 		if !taken {
 			stalled = ctx.Err() == nil
 			break
 		}
-		rows = rows[1:]
+		if len(h.rows) > 0 && h.rows[0].offset == st.row.offset {
+			h.rows = h.rows[1:]
+		}
 		if st.action != "" {
-			settled = append(settled, st)
+			h.settled = append(h.settled, st)
 		}
 	}
-	for _, r := range rows {
-		settled = append(settled, settlement{row: r, action: giveBack})
+	for _, r := range h.rows {
+		h.settled = append(h.settled, settlement{row: r, action: giveBack})
 	}
-	flush()
+	h.rows = nil
 	return stalled
 }
 
-// renew settles what is settled and extends the lease of rows, all in one
-// statement. It returns the rows still claimed and when their lease ends;
-// false when the database could not be reached, the rows then come back when
-// their lease ends.
-func (sub *subscription) renew(settled []settlement, rows []claimedRow) ([]claimedRow, time.Time, bool) {
-	ss := slices.Clip(settled)
-	for _, r := range rows {
+// flush applies what h has settled.
+func (sub *subscription) flush(h *held) {
+	if _, _, err := sub.settle(h.settled, time.Now().Add(settleTimeout)); err != nil {
+		sub.logger.Error("Settling messages failed; their rows come back when their lease ends", err, nil)
+	}
+	h.settled = nil
+}
+
+// renew applies what h has settled and extends the lease of its rows, all in
+// one statement, retried until the lease ends. The rows it no longer holds
+// (another subscriber claimed them after their lease ran out) are dropped
+// from h, with a log line. ok is false when the database could not be
+// reached: h is left as it was, its rows come back when their lease ends.
+// kept tells whether the row at offset delivered, if any, is still held.
+func (sub *subscription) renew(h *held, delivered int64) (ok, kept bool) {
+	ss := slices.Clip(h.settled)
+	for _, r := range h.rows {
 		ss = append(ss, settlement{row: r, action: renew, delay: sub.deadline})
 	}
-	renewed, leaseEnd, err := sub.settle(ss)
+	renewed, leaseEnd, err := sub.settle(ss, h.leaseEnd)
 	if err != nil {
-		sub.logger.Error("Renewing the claim failed; its rows come back when their lease ends", err, nil)
-		return nil, time.Time{}, false
+		sub.logger.Error("Renewing the claim failed; its rows come back when their lease ends unless a renewal succeeds before", err, nil)
+		return false, true
 	}
-	kept := rows[:0]
-	for _, r := range rows {
-		if renewed[r.offset] {
-			kept = append(kept, r)
-		} else {
+	h.settled, h.leaseEnd = nil, leaseEnd
+	kept = delivered < 0
+	rows := h.rows[:0]
+	for _, r := range h.rows {
+		switch {
+		case renewed[r.offset]:
+			rows = append(rows, r)
+			kept = kept || r.offset == delivered
+		case r.offset == delivered:
+			sub.logger.Error("Lease of a message being handled lost to another subscriber; it will be delivered again", nil,
+				watermill.LogFields{"message_uuid": r.msg.UUID, "offset": r.offset})
+		default:
 			// Its lease had run out and another subscriber claimed it.
 			sub.logger.Info("Claimed message lost to another subscriber before delivery", watermill.LogFields{"message_uuid": r.msg.UUID})
 		}
 	}
-	return kept, leaseEnd, true
+	h.rows = rows
+	return true, kept
 }
 
-// deliver hands r's message to the consumer and waits for its ack or nack, at
-// most until leaseEnd. taken is false when the consumer did not take the
-// message within the lease slack, or the subscription stopped.
-// While a handler runs longer than the lease slack, flush settles what the
-// batch settled before it.
-func (sub *subscription) deliver(ctx context.Context, r claimedRow, leaseEnd time.Time, flush func()) (_ settlement, taken bool) {
-	// The handler's time is the lease's: when it ends, another subscriber
-	// may claim the row. A subscription that stops (shutdown stops intake
-	// first) does not cut it short: a handler finishing then must still
-	// settle what it has done. Only Close does.
-	msgCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), leaseEnd)
+// giveBackRest applies what h has settled and gives back its rows but the
+// one being delivered, in one statement: they should not wait behind a
+// handler that is past its deadline.
+func (sub *subscription) giveBackRest(h *held) {
+	if len(h.rows) < 2 && len(h.settled) == 0 {
+		return
+	}
+	for _, r := range h.rows[1:] {
+		h.settled = append(h.settled, settlement{row: r, action: giveBack})
+	}
+	h.rows = h.rows[:1]
+	sub.flush(h)
+}
+
+// deliver hands h.rows[0]'s message to the consumer and waits for its ack or
+// nack. taken is false when the consumer did not take the message within the
+// lease slack, or the subscription stopped.
+//
+// While it waits, a heartbeat renews the lease of every row h holds (and
+// applies what h has settled) whenever the lease is a third of the deadline
+// old, so another subscriber never gets a message whose handler is still at
+// work. It stops renewing while the handler is past the deadline of its
+// attempt (broker.StartAttempt, which the Timeout middleware calls), and
+// gives the rest of the batch back: the lease then runs out and the message
+// goes to another subscriber. When the lease ends (renewals stopped or
+// failed) or is lost (the row was claimed by another subscriber), the
+// message's context is cancelled and deliver returns without a settlement.
+// While a handler runs longer than the lease slack, what the batch settled
+// before it is applied.
+func (sub *subscription) deliver(ctx context.Context, h *held) (_ settlement, taken bool) {
+	r := h.rows[0]
+	// A subscription that stops (shutdown stops intake first) does not cut
+	// the handler short: a handler finishing then must still settle what it
+	// has done. Only Close or the end of the lease does.
+	msgCtx, cancel := context.WithCancel(sub.msgBase)
 	defer cancel() // the message's context ends with its settlement
-	stopOnClose := context.AfterFunc(sub.closing, cancel)
-	defer stopOnClose()
+	msgCtx, clock := broker.WithAttemptClock(msgCtx)
 	r.msg.SetContext(msgCtx)
 	// Taken later, the message would have less than its time.
-	stale := time.NewTimer(time.Until(leaseEnd.Add(-(sub.deadline - sub.leaseSlack()))))
-	defer stale.Stop()
+	timer := sub.timer
+	defer timer.Stop()
+	timer.Reset(time.Until(h.leaseEnd.Add(-(sub.deadline - sub.leaseSlack()))))
 	select {
 	case sub.out <- r.msg:
-	case <-stale.C:
+	case <-timer.C:
 		return settlement{}, false
 	case <-ctx.Done():
 		return settlement{}, false
 	}
 
-	slow := time.NewTimer(sub.leaseSlack())
-	defer slow.Stop()
+	flushAt := time.Now().Add(sub.leaseSlack())
+	renewAt := h.leaseEnd.Add(-sub.deadline + sub.renewalAge())
+	overdue := false
+	lost := false
 wait:
 	for {
+		next := earliest(h.leaseEnd, renewAt)
+		if !flushAt.IsZero() {
+			next = earliest(next, flushAt)
+		}
+		timer.Reset(time.Until(next))
 		select {
 		case <-r.msg.Acked():
 			break wait
@@ -273,33 +387,81 @@ wait:
 			break wait
 		case <-msgCtx.Done():
 			break wait
-		case <-slow.C:
-			flush()
+		case now := <-timer.C:
+			if !now.Before(h.leaseEnd) {
+				break wait
+			}
+			if !flushAt.IsZero() && !now.Before(flushAt) {
+				flushAt = time.Time{}
+				if len(h.settled) > 0 {
+					sub.flush(h)
+				}
+			}
+			if now.Before(renewAt) {
+				continue
+			}
+			if clock.Overdue(now) {
+				if !overdue {
+					overdue = true
+					sub.logger.Info("Handler past its deadline: its message's lease is no longer renewed, it will be delivered again",
+						watermill.LogFields{"message_uuid": r.msg.UUID, "lease_end": h.leaseEnd})
+					sub.giveBackRest(h)
+				}
+				// Checked again: a handler that returns late, or the
+				// policy's next attempt, renews again while it can.
+				renewAt = now.Add(sub.deadline / 10)
+				continue
+			}
+			overdue = false
+			ok, kept := sub.renew(h, r.offset)
+			if !kept {
+				lost = true
+				break wait
+			}
+			if !ok {
+				renewAt = now.Add(sub.deadline / 10)
+				continue
+			}
+			renewAt = h.leaseEnd.Add(-sub.deadline + sub.renewalAge())
 		}
 	}
 	// An ack or nack that came with the end of the context still counts.
-	select {
-	case <-r.msg.Acked():
-		return settlement{row: r, action: ack}, true
-	case <-r.msg.Nacked():
-		// The delay is read from the message, where the retry middleware set
-		// it before nacking.
-		n := nackOf(r.msg)
-		delay := sub.redeliveryDelay
-		if n.requested {
-			delay = n.delay
+	if !lost {
+		select {
+		case <-r.msg.Acked():
+			return settlement{row: r, action: ack}, true
+		case <-r.msg.Nacked():
+			// The delay is read from the message, where the retry middleware
+			// set it before nacking.
+			n := nackOf(r.msg)
+			delay := sub.redeliveryDelay
+			if n.requested {
+				delay = n.delay
+			}
+			return settlement{row: r, action: nackIt, delay: delay}, true
+		default:
 		}
-		return settlement{row: r, action: nackIt, delay: delay}, true
-	default:
 	}
-	if sub.closing.Err() != nil {
+	cancel()
+	switch {
+	case lost:
+		// Logged by renew; the row is another subscriber's now.
+	case sub.closing.Err() != nil:
 		// Close: the row goes back at once.
 		return settlement{row: r, action: release}, true
+	default:
+		// The lease has ended, the row is anyone's again.
+		sub.logger.Info("Message not acked or nacked before its lease ended; it will be delivered again",
+			watermill.LogFields{"message_uuid": r.msg.UUID, "ack_deadline": sub.deadline, "handler_overdue": overdue})
 	}
-	// The ack deadline: the lease has ended, the row is anyone's again.
-	sub.logger.Info("Message not acked within its ack deadline; it will be delivered again",
-		watermill.LogFields{"message_uuid": r.msg.UUID, "ack_deadline": sub.deadline})
-	return settlement{}, true
+	return settlement{row: r}, true
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // sleep waits d or until ctx ends.
