@@ -11,6 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/eventpipe/eventpipe/app/broker"
 )
 
 // Heartbeat timing, as fractions of the visibility timeout V: a message is
@@ -52,7 +54,11 @@ type heartbeat struct {
 
 type beat struct {
 	messageID string
-	due       time.Time
+	// clock says when the handler's attempt must end (middleware.Timeout
+	// reports it); past it the message is no longer extended.
+	clock   *broker.AttemptClock
+	overdue bool // logged once
+	due     time.Time
 	// visibleAt is the earliest the message may be visible again: a
 	// visibility timeout after its receive or its last extension.
 	visibleAt time.Time
@@ -72,14 +78,19 @@ func newHeartbeat(s *subscription, visibility time.Duration) *heartbeat {
 }
 
 // track starts extending a message whose visibility clock started at
-// received.
-func (h *heartbeat) track(handle, messageID string, received time.Time) {
+// received, until its handler's attempt is past the deadline clock reports
+// (the route's handler timeout): the message is then left to become visible
+// when its visibility runs out, and SQS delivers it again (one more receive
+// counted) even if the handler never returns. Between attempts (a retry's
+// backoff in process) it is extended.
+func (h *heartbeat) track(handle, messageID string, received time.Time, clock *broker.AttemptClock) {
 	if h == nil {
 		return
 	}
 	h.mu.Lock()
 	h.entries[handle] = &beat{
 		messageID: messageID,
+		clock:     clock,
 		due:       received.Add(h.visibility / heartbeatDueDivisor),
 		visibleAt: received.Add(h.visibility),
 	}
@@ -151,12 +162,25 @@ func (h *heartbeat) extendDue(now time.Time) {
 
 	h.mu.Lock()
 	var due []dueMessage
+	var overdue []string
 	for handle, b := range h.entries {
-		if !now.Before(b.due) {
-			due = append(due, dueMessage{handle: handle, messageID: b.messageID})
+		if now.Before(b.due) {
+			continue
 		}
+		if b.clock.Overdue(now) {
+			if !b.overdue {
+				b.overdue = true
+				overdue = append(overdue, b.messageID)
+			}
+			continue
+		}
+		due = append(due, dueMessage{handle: handle, messageID: b.messageID})
 	}
 	h.mu.Unlock()
+	for _, id := range overdue {
+		h.s.p.logger.Info("SQS message's handler is past its timeout: visibility no longer extended, it will be delivered again",
+			h.s.fields(watermill.LogFields{"message_id": id}))
+	}
 
 	for start := 0; start < len(due); start += maxBatchSize {
 		h.extend(due[start:min(start+maxBatchSize, len(due))])

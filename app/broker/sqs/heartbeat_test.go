@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/broker/brokertest"
 	"github.com/eventpipe/eventpipe/app/broker/sqs"
 	"github.com/eventpipe/eventpipe/app/metadata"
@@ -156,6 +157,40 @@ func TestHeartbeatKeepsMessageInvisible(t *testing.T) {
 		assert.Equal(c2, 0, visible+inFlight, "acked: deleted")
 	}, 5*time.Second, 50*time.Millisecond)
 	nothing(t, otherMsgs, 3*time.Second)
+}
+
+// The heartbeat stops at the handler's deadline (the route's timeout, which
+// middleware.Timeout reports through broker.StartAttempt): a handler that
+// ignores its context no longer keeps the message, which another consumer
+// then receives as a redelivery. Within the deadline it is extended.
+func TestHeartbeatStopsAtTheHandlersDeadline(t *testing.T) {
+	t.Parallel()
+	c := rawClient(t)
+	topic, _ := queueWithVisibility(t, c, "2")
+
+	ps := newPubSub(t, queueVisibilityConfig(t))
+	require.NoError(t, ps.Publish(topic, newMessages(1)...))
+	msgs, err := ps.Subscribe(context.Background(), topic)
+	require.NoError(t, err)
+	held := brokertest.Next(t, msgs, 10*time.Second)
+	end := broker.StartAttempt(held.Context(), time.Now().Add(3*time.Second)) // Timeout(3s) as the route has it
+	defer end()
+
+	other := newPubSub(t, queueVisibilityConfig(t))
+	otherMsgs, err := other.Subscribe(context.Background(), topic)
+	require.NoError(t, err)
+	nothing(t, otherMsgs, 2500*time.Millisecond) // within the deadline: extended past the 2 s visibility
+	// Past it: delivered again, to either subscription's receivers.
+	var again *message.Message
+	select {
+	case again = <-otherMsgs:
+	case again = <-msgs:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not delivered again after the handler's deadline: the heartbeat kept it")
+	}
+	assert.Equal(t, held.UUID, again.UUID)
+	assert.Equal(t, "1", again.Metadata.Get(metadata.AttemptKey), "delivered again, one more receive counted")
+	require.True(t, again.Ack())
 }
 
 // The heartbeat extends a held message, and stops at the ack.

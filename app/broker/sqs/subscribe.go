@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/cenkalti/backoff/v5"
 
+	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
@@ -415,9 +416,12 @@ func (s *subscription) prepare(m *types.Message, received time.Time) delivery {
 	// a publisher put in the attributes is never trusted.
 	setDeliveryMetadata(msg.Metadata, m.Attributes)
 	ctx, cancel := context.WithCancel(s.msgParent)
+	// The handler's Timeout reports each attempt's deadline to the clock;
+	// the heartbeat stops extending a message whose handler is past it.
+	ctx, clock := broker.WithAttemptClock(ctx)
 	msg.SetContext(ctx)
 	d.msg, d.cancel = msg, cancel
-	s.heartbeat.track(d.handle, d.id, received)
+	s.heartbeat.track(d.handle, d.id, received, clock)
 	return d
 }
 
