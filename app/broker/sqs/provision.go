@@ -21,8 +21,13 @@ import (
 )
 
 // Provisioning compiles a topology.Topology to SQS queues. Every queue of
-// Topology.AllQueues becomes one SQS queue, its dead-letter queue created
-// first so that its ARN can go into the source queue's RedrivePolicy.
+// Topology.AllQueues becomes one SQS queue named QueueName(Config.QueuePrefix,
+// its name), its dead-letter queue created first so that its ARN (which holds
+// the SQS name) can go into the source queue's RedrivePolicy. Before any call
+// every name is checked: one SQS would refuse, or two queues of the topology
+// mapping to one SQS name, fail the whole call with *QueueNameErrors. A plan
+// names a queue by its topology name, and by its SQS name too where they
+// differ: "queue ai.analyze.resume (SQS ai-analyze-resume)".
 //
 // Mapping of the topology model to SQS queue attributes (a zero duration is
 // SQS's default, which is then declared and checked like any other value):
@@ -109,9 +114,19 @@ func parseRedrive(s string) (redrivePolicy, error) {
 // spells them, and its redrive policy apart (nil = none), because the policy
 // needs its DLQ's ARN.
 type desired struct {
-	name    string
+	name    string // the SQS queue name
+	object  string // how a plan names it (queueObject)
 	attrs   map[string]string
 	redrive *redrivePolicy
+}
+
+// queueObject is how a plan names the queue of topology name topic whose SQS
+// name is name.
+func queueObject(topic, name string) string {
+	if topic == name {
+		return "queue " + name
+	}
+	return "queue " + topic + " (SQS " + name + ")"
 }
 
 func seconds(d, zero time.Duration) string {
@@ -121,10 +136,10 @@ func seconds(d, zero time.Duration) string {
 	return strconv.Itoa(int(d / time.Second))
 }
 
-// desiredQueue compiles q; dlqArn is the ARN of its dead-letter queue ("" when
-// it has none).
-func desiredQueue(q topology.Queue, dlqArn string) desired {
-	d := desired{name: q.Name, attrs: map[string]string{
+// desiredQueue compiles q, whose SQS name is name; dlqArn is the ARN of its
+// dead-letter queue ("" when it has none).
+func desiredQueue(q topology.Queue, name, dlqArn string) desired {
+	d := desired{name: name, object: queueObject(q.Name, name), attrs: map[string]string{
 		attrVisibility: seconds(q.VisibilityTimeout, defaultVisibility),
 		attrRetention:  seconds(q.Retention, defaultRetention),
 		attrWait:       seconds(q.ReceiveWait, 0),
@@ -165,7 +180,7 @@ func (d desired) createAttributes() map[string]string {
 // SetQueueAttributes can change in place; the changes that need it carry no
 // Fix, the ones it cannot resolve do.
 func (d desired) diff(live map[string]string) (changes topology.Plan, set map[string]string) {
-	object := "queue " + d.name
+	object := d.object
 	set = map[string]string{}
 	for _, k := range sortedKeys(d.attrs) {
 		want := d.attrs[k]
@@ -243,6 +258,7 @@ type provisioner struct {
 	mode provisionMode
 
 	queues map[string]topology.Queue
+	names  map[string]string // topology name → SQS name
 	done   map[string]string // name → ARN (derived when Plan finds it missing)
 	busy   map[string]bool   // on the current dependency path: cycle check
 	// plan holds every change found (Plan; CreateMissing: those of the
@@ -298,9 +314,16 @@ func (p *PubSub) provision(ctx context.Context, t topology.Topology, mode provis
 	}
 	pr := &provisioner{p: p, t: t, mode: mode, queues: map[string]topology.Queue{}, done: map[string]string{}, busy: map[string]bool{}}
 	all := t.AllQueues()
-	for _, q := range all {
+	topics := make([]string, len(all))
+	for i, q := range all {
 		pr.queues[q.Name] = q
+		topics[i] = q.Name
 	}
+	names, errs := p.names.queues(topics)
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("sqs: topology %s: %w", t.Name, errors.Join(errs...))
+	}
+	pr.names = names
 	for _, q := range all {
 		if _, err := pr.ensure(ctx, q.Name); err != nil {
 			return nil, err
@@ -323,6 +346,7 @@ func (pr *provisioner) ensure(ctx context.Context, name string) (string, error) 
 	defer delete(pr.busy, name)
 
 	q := pr.queues[name]
+	sqsName := pr.names[name]
 	var dlqArn string
 	if q.DeadLetter != nil {
 		var err error
@@ -330,21 +354,21 @@ func (pr *provisioner) ensure(ctx context.Context, name string) (string, error) 
 			return "", err
 		}
 	}
-	live, err := pr.p.lookupQueue(ctx, name)
+	live, err := pr.p.lookupQueue(ctx, sqsName)
 	if err != nil {
 		return "", err
 	}
 	if q.DeadLetter != nil && dlqArn == "" && live != nil {
-		dlqArn = siblingOf(live.attrs[attrArn], q.DeadLetter.Queue) // Plan, DLQ missing
+		dlqArn = siblingOf(live.attrs[attrArn], pr.names[q.DeadLetter.Queue]) // Plan, DLQ missing
 	}
-	want := desiredQueue(q, dlqArn)
+	want := desiredQueue(q, sqsName, dlqArn)
 	if live == nil && pr.mode != planOnly {
 		live, err = pr.p.createQueue(ctx, want)
 		if err != nil {
 			return "", err
 		}
 		if live == nil { // created: nothing to compare
-			arn, err := pr.p.queueArn(ctx, name)
+			arn, err := pr.p.queueArn(ctx, sqsName)
 			if err != nil {
 				return "", err
 			}
@@ -354,8 +378,8 @@ func (pr *provisioner) ensure(ctx context.Context, name string) (string, error) 
 		// Someone else created it meanwhile: compare like any live queue.
 	}
 	if live == nil { // Plan: missing
-		pr.plan = append(pr.plan, topology.Change{Kind: topology.Missing, Object: "queue " + name})
-		arn := pr.siblingArn(name)
+		pr.plan = append(pr.plan, topology.Change{Kind: topology.Missing, Object: want.object})
+		arn := pr.siblingArn(sqsName)
 		pr.done[name] = arn
 		return arn, nil
 	}
@@ -373,7 +397,7 @@ func (pr *provisioner) ensure(ctx context.Context, name string) (string, error) 
 		}
 	}
 	if len(set) > 0 {
-		if err := pr.p.setAttributes(ctx, live.url, name, set); err != nil {
+		if err := pr.p.setAttributes(ctx, live.url, sqsName, set); err != nil {
 			return "", err
 		}
 	}
