@@ -29,10 +29,11 @@ broker moved on its own (a redrive policy, a delivery limit) carries none.
 (with sqs.queue_prefix in front), the SQS name is accepted too.`,
 	}
 	var (
-		queue string
-		max   int
-		wait  time.Duration
-		to    string
+		queue      string
+		peekMax    int
+		redriveMax int
+		wait       time.Duration
+		to         string
 	)
 	peek := &cobra.Command{
 		Use:   "peek",
@@ -42,7 +43,7 @@ broker moved on its own (a redrive policy, a delivery limit) carries none.
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return e.withBroker(cmd, queue, func(b brokerSession) error {
-				views, err := app.PeekDeadLetters(cmd.Context(), b.ps, b.queue, max, wait)
+				views, err := app.PeekDeadLetters(cmd.Context(), b.ps, b.queue, peekMax, wait)
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				for _, v := range views {
 					if err := enc.Encode(v); err != nil {
@@ -65,7 +66,7 @@ messages (0 = until the queue stays empty for --wait).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return e.withBroker(cmd, queue, func(b brokerSession) error {
-				done, err := app.RedriveDeadLetters(cmd.Context(), b.ps, b.pub, b.queue, b.resolve(to), max, wait)
+				done, err := app.RedriveDeadLetters(cmd.Context(), b.ps, b.pub, b.queue, b.resolve(to), redriveMax, wait)
 				for _, r := range done {
 					if _, werr := fmt.Fprintf(cmd.OutOrStdout(), "redrove %s to %s\n", r.ID, r.To); werr != nil {
 						return werr
@@ -82,8 +83,10 @@ messages (0 = until the queue stays empty for --wait).`,
 		c.Flags().StringVarP(&queue, "queue", "q", "", "dead-letter queue, by its topology name (required; on SQS its queue name works too)")
 		c.Flags().DurationVar(&wait, "wait", 5*time.Second, "stop when no message arrives for this long")
 	}
-	peek.Flags().IntVar(&max, "max", 10, "most messages to show")
-	redrive.Flags().IntVar(&max, "max", 0, "most messages to move (0 = all)")
+	// One variable each: registering a flag sets its variable to the
+	// default, so a shared one left peek with redrive's 0 (nothing shown).
+	peek.Flags().IntVar(&peekMax, "max", 10, "most messages to show")
+	redrive.Flags().IntVar(&redriveMax, "max", 0, "most messages to move (0 = all)")
 	redrive.Flags().StringVar(&to, "to", "", "queue to move them to (default: each one's source queue)")
 	cmd.AddCommand(peek, redrive)
 	return cmd
