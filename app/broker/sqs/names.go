@@ -6,7 +6,18 @@ import (
 	"sync"
 )
 
-// Queue names.
+// maxQueueName is SQS's limit on a queue name, ".fifo" included.
+const maxQueueName = 80
+
+// fifoSuffix ends every FIFO queue's name, on SQS and in the topology.
+const fifoSuffix = ".fifo"
+
+// queueNameRule is the rule a *QueueNameError quotes.
+const queueNameRule = "SQS queue names are 1 to 80 characters: ASCII letters, digits, '-' and '_', " +
+	"and a FIFO queue's ends in .fifo"
+
+// QueueName is the SQS queue name of topic with prefix in front. It does not
+// check the result; a PubSub refuses an invalid one with a *QueueNameError.
 //
 // SQS names a queue with 1 to 80 characters, each an ASCII letter, a digit,
 // '-' or '_'; a FIFO queue's name ends in ".fifo", which counts toward the 80.
@@ -19,7 +30,7 @@ import (
 //
 //  1. A trailing ".fifo" is kept as it is and set aside.
 //  2. Every other '.' becomes '-'.
-//  3. Config.QueuePrefix is put in front.
+//  3. prefix (a PubSub's Config.QueuePrefix) is put in front.
 //
 // Nothing else changes: case, '-' and '_' stay, and a character SQS refuses
 // is not replaced but refused (a *QueueNameError), on the emulator too. So a
@@ -40,20 +51,6 @@ import (
 // topic it has mapped since. Two known topics mapping to one queue name are
 // refused: New refuses them in Config.Topics, Plan and Apply in a topology,
 // and Publish and Subscribe a topic whose queue name another topic has.
-
-// maxQueueName is SQS's limit on a queue name, ".fifo" included.
-const maxQueueName = 80
-
-// fifoSuffix ends every FIFO queue's name, on SQS and in the topology.
-const fifoSuffix = ".fifo"
-
-// queueNameRule is the rule a *QueueNameError quotes.
-const queueNameRule = "SQS queue names are 1 to 80 characters: ASCII letters, digits, '-' and '_', " +
-	"and a FIFO queue's ends in .fifo"
-
-// QueueName is the SQS queue name of topic with prefix in front (see "Queue
-// names" above): dots become hyphens, except a trailing ".fifo". It does not
-// check the result; a PubSub refuses an invalid one with a *QueueNameError.
 func QueueName(prefix, topic string) string {
 	base, fifo := strings.CutSuffix(topic, fifoSuffix)
 	name := prefix + strings.ReplaceAll(base, ".", "-")

@@ -115,6 +115,7 @@ func parseRedrive(s string) (redrivePolicy, error) {
 // needs its DLQ's ARN.
 type desired struct {
 	name    string // the SQS queue name
+	topic   string // the topology name
 	object  string // how a plan names it (queueObject)
 	attrs   map[string]string
 	redrive *redrivePolicy
@@ -139,7 +140,7 @@ func seconds(d, zero time.Duration) string {
 // desiredQueue compiles q, whose SQS name is name; dlqArn is the ARN of its
 // dead-letter queue ("" when it has none).
 func desiredQueue(q topology.Queue, name, dlqArn string) desired {
-	d := desired{name: name, object: queueObject(q.Name, name), attrs: map[string]string{
+	d := desired{name: name, topic: q.Name, object: queueObject(q.Name, name), attrs: map[string]string{
 		attrVisibility: seconds(q.VisibilityTimeout, defaultVisibility),
 		attrRetention:  seconds(q.Retention, defaultRetention),
 		attrWait:       seconds(q.ReceiveWait, 0),
@@ -472,7 +473,7 @@ func (p *PubSub) createQueue(ctx context.Context, d desired) (*liveQueue, error)
 	defer cancel()
 	_, err := p.client.CreateQueue(cctx, &sqs.CreateQueueInput{QueueName: aws.String(d.name), Attributes: d.createAttributes()})
 	if err == nil {
-		p.logger.Info("Created SQS queue", watermill.LogFields{"queue": d.name})
+		p.logger.Info("Created SQS queue", watermill.LogFields{"queue": d.name, "topic": d.topic})
 		return nil, nil
 	}
 	var exists *types.QueueNameExists

@@ -146,7 +146,7 @@ func (p *PubSub) Ping(ctx context.Context) error {
 	return nil
 }
 
-// SubscribeInitialize creates the topic's queue if it does not exist, whatever
+// SubscribeInitialize creates the topic's queue (QueueName) if it does not exist, whatever
 // Config.CreateQueues says, with SQS's default attributes.
 func (p *PubSub) SubscribeInitialize(topic string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.RequestTimeout)
