@@ -116,8 +116,10 @@ func newAdapter(ctx context.Context, cfg config.Config, instance string, db *pgx
 		if err != nil {
 			return nil, backoff.Permanent(err)
 		}
-		ps, err := sqs.New(ctx, sqs.Config{
+		sqsCfg := sqs.Config{
 			QueueBatchSizes: batchSizes(top),
+			QueuePrefix:     cfg.SQS.QueuePrefix,
+			Topics:          queueNames(top),
 			Region:          cfg.SQS.Region,
 			Endpoint:        cfg.SQS.Endpoint,
 			BatchSize:       cfg.SQS.BatchSize,
@@ -125,7 +127,13 @@ func newAdapter(ctx context.Context, cfg config.Config, instance string, db *pgx
 			WaitTime:        cfg.SQS.WaitTime,
 			NackVisibility:  cfg.SQS.NackVisibility,
 			CreateQueues:    cfg.SQS.CreateQueues,
-		}, logger)
+		}
+		// A spec queue whose SQS name (with sqs.queue_prefix) SQS would refuse,
+		// or that another queue shares, is a configuration error: no retry.
+		if err := sqsCfg.Validate(); err != nil {
+			return nil, backoff.Permanent(err)
+		}
+		ps, err := sqs.New(ctx, sqsCfg, logger)
 		if err != nil || !cfg.SQS.CreateQueues || len(top.AllQueues()) == 0 {
 			return ps, err
 		}
@@ -179,6 +187,16 @@ func batchSizes(top topology.Topology) map[string]int {
 		}
 	}
 	return sizes
+}
+
+// queueNames are the names of the topology's queues and dead-letter queues.
+func queueNames(top topology.Topology) []string {
+	all := top.AllQueues()
+	names := make([]string, len(all))
+	for i, q := range all {
+		names[i] = q.Name
+	}
+	return names
 }
 
 // visibilityTimeouts are the visibility timeouts the topology's queues

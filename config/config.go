@@ -452,6 +452,13 @@ type SQS struct {
 	// CreateQueues creates missing queues on subscribe and publish. Default
 	// true.
 	CreateQueues bool `yaml:"create_queues" env:"CREATE_QUEUES" doc:"Create missing queues on subscribe and publish."`
+	// QueuePrefix is put in front of every SQS queue name, after the
+	// topology name is mapped to one (dots become hyphens except a trailing
+	// .fifo: ai.analyze.resume is ai-analyze-resume), e.g. "stage-" or
+	// "sophia-dev-". Default "". ASCII letters, digits, - and _ only; every
+	// queue name of the enabled specs must still fit SQS's 80 characters,
+	// which the broker checks at start.
+	QueuePrefix string `yaml:"queue_prefix" env:"QUEUE_PREFIX" doc:"Put in front of every SQS queue name, after dots in the topology name become hyphens (ai.analyze.resume → <prefix>ai-analyze-resume; a trailing .fifo stays); letters, digits, - and _; every name must fit 80 characters."`
 }
 
 // Postgres configures the PostgreSQL broker.
@@ -587,6 +594,7 @@ func Defaults() Config {
 			WaitTime:       20 * time.Second,
 			NackVisibility: 0,
 			CreateQueues:   true,
+			QueuePrefix:    "",
 		},
 		Postgres: Postgres{
 			DSN:          "",

@@ -88,7 +88,13 @@ const (
 	maxSQSWait         = 20 * time.Second
 	maxSQSVisibility   = 12 * time.Hour
 	sqsDurationDivisor = time.Second // SQS takes these durations in whole seconds
+	maxSQSQueueName    = 80          // SQS queue names, .fifo included
 )
+
+// sqsQueuePrefix is what may begin an SQS queue name: the characters SQS
+// allows, leaving room for at least one more. The broker checks each whole
+// name (with its 80-character limit) against the enabled specs' queues.
+var sqsQueuePrefix = regexp.MustCompile(`^[A-Za-z0-9_-]{0,79}$`)
 
 // Validate reports every problem with c, each with its YAML path, as a
 // *ValidationError; nil when c is usable. Connection targets (rabbitmq.url,
@@ -120,6 +126,9 @@ func (c Config) Validate() error {
 	atLeast(&ps, "sqs.workers", c.SQS.Workers, 1)
 	durationInRange(&ps, "sqs.wait_time", c.SQS.WaitTime, time.Second, maxSQSWait, sqsDurationDivisor)
 	durationInRange(&ps, "sqs.nack_visibility", c.SQS.NackVisibility, 0, maxSQSVisibility, sqsDurationDivisor)
+	if !sqsQueuePrefix.MatchString(c.SQS.QueuePrefix) {
+		ps.add("sqs.queue_prefix", "%q: want ASCII letters, digits, - and _ only, at most %d characters (SQS queue names allow nothing else)", c.SQS.QueuePrefix, maxSQSQueueName-1)
+	}
 
 	if c.Broker.Kind == KindPostgres {
 		switch {

@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -144,6 +145,22 @@ func TestValidate(t *testing.T) {
 			name:   "sqs visibility over 12h",
 			modify: func(c *config.Config) { c.SQS.NackVisibility = 13 * time.Hour },
 			want:   []config.Problem{{Path: "sqs.nack_visibility", Message: "13h0m0s is out of range 0s..12h0m0s"}},
+		},
+		{
+			name:   "sqs queue prefix with a dot",
+			modify: func(c *config.Config) { c.SQS.QueuePrefix = "stage." },
+			want: []config.Problem{{Path: "sqs.queue_prefix",
+				Message: `"stage.": want ASCII letters, digits, - and _ only, at most 79 characters (SQS queue names allow nothing else)`}},
+		},
+		{
+			name:   "sqs queue prefix filling the whole name",
+			modify: func(c *config.Config) { c.SQS.QueuePrefix = strings.Repeat("p", 80) },
+			want: []config.Problem{{Path: "sqs.queue_prefix",
+				Message: `"` + strings.Repeat("p", 80) + `": want ASCII letters, digits, - and _ only, at most 79 characters (SQS queue names allow nothing else)`}},
+		},
+		{
+			name:   "sqs queue prefix like the interviews spec's stage names",
+			modify: func(c *config.Config) { c.SQS.QueuePrefix = "sophia-dev-" },
 		},
 		{
 			name: "admin addr",

@@ -40,7 +40,11 @@ no pre-deploy message reaches a post-deploy consumer. It works on RabbitMQ
 in flight are unknown and the gate stays shut), SQS (approximate counts: see
 it pass for a few minutes in a row before trusting it) and PostgreSQL. A queue
 that does not exist is an error (exit 1), never zero. The memory broker lives
-inside its serve process and has nothing to drain across a deploy.`,
+inside its serve process and has nothing to drain across a deploy.
+
+--queue takes the queue's name in its spec's topology (ai.analyze.resume); on
+SQS, where that queue is ai-analyze-resume (with sqs.queue_prefix in front),
+the SQS name is accepted too and the counts are shown under the topology name.`,
 		Example: `  eventpipe drain-check --queue booking-session-events.fifo --with-dlq
   eventpipe drain-check --queue booking-session-events.fifo --with-dlq --wait 10m && ./promote.sh`,
 		Args: noArgs,
@@ -53,14 +57,14 @@ inside its serve process and has nothing to drain across a deploy.`,
 				if !ok {
 					return fmt.Errorf("drain-check: this broker cannot count its queues")
 				}
-				queues := []string{queue}
+				queues := []string{b.queue}
 				if withDLQ {
-					q, ok := b.top.Queue(queue)
+					q, ok := b.top.Queue(b.queue)
 					switch {
 					case !ok:
 						return usageError{fmt.Errorf("--with-dlq: queue %s is not declared by an enabled spec, so its dead-letter queue is unknown: enable its spec, or check the DLQ with a second drain-check --queue", queue)}
 					case q.DeadLetter == nil:
-						return usageError{fmt.Errorf("--with-dlq: queue %s declares no dead-letter queue", queue)}
+						return usageError{fmt.Errorf("--with-dlq: queue %s declares no dead-letter queue", b.queue)}
 					}
 					queues = append(queues, q.DeadLetter.Queue)
 				}
@@ -90,7 +94,7 @@ inside its serve process and has nothing to drain across a deploy.`,
 			})
 		},
 	}
-	cmd.Flags().StringVar(&queue, "queue", "", "queue to check (required)")
+	cmd.Flags().StringVar(&queue, "queue", "", "queue to check, by its topology name (required; on SQS its queue name works too)")
 	cmd.Flags().BoolVar(&withDLQ, "with-dlq", false, "also check the dead-letter queue the queue's spec declares")
 	cmd.Flags().DurationVar(&wait, "wait", 0, "keep counting (every 5 s) until drained or this long has passed")
 	return cmd

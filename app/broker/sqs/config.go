@@ -119,8 +119,25 @@ type Config struct {
 	// Marshaler{}.
 	Unmarshaler wsqs.Unmarshaler
 
-	// QueueURLResolver maps a topic to a queue URL. Default: the topic is the
-	// queue name, looked up with GetQueueUrl and cached.
+	// QueuePrefix is put in front of every queue name (see QueueName), e.g.
+	// "prod-" to keep two stages' queues apart in one account and region.
+	// Default "": a valid topology name is the queue name. At most ASCII
+	// letters, digits, '-' and '_', and every queue name with it must still
+	// fit SQS's 80 characters (checked for Topics by Validate, for every
+	// other topic when it is used).
+	QueuePrefix string
+
+	// Topics are the topics (topology queue names) this PubSub is known to
+	// serve: the enabled specs' queues and dead-letter queues. Validate
+	// refuses any whose queue name SQS would refuse, or that two of them
+	// share, naming them; and their queue names map back to them exactly
+	// (DeadLetterSources, TopicOf). Other topics work too and are
+	// remembered when first used.
+	Topics []string
+
+	// QueueURLResolver maps a queue name (QueueName of the topic, passed as
+	// ResolveQueueUrlParams.Topic) to a queue URL. Default: GetQueueUrl on
+	// that name, cached.
 	QueueURLResolver wsqs.QueueUrlResolver
 
 	// ClientOptions are applied to the SQS client after the endpoint (custom
@@ -196,6 +213,11 @@ func (c Config) Validate() error {
 	}
 	if c.RequestTimeout < 0 {
 		add("request timeout %s: must not be negative", c.RequestTimeout)
+	}
+	if reason := checkPrefix(c.QueuePrefix); reason != "" {
+		add("queue prefix %q: %s", c.QueuePrefix, reason)
+	} else {
+		errs = append(errs, checkTopics(c.QueuePrefix, c.Topics)...)
 	}
 	return errors.Join(errs...)
 }

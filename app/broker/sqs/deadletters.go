@@ -23,9 +23,14 @@ var _ broker.DeadLetterSourcer = (*PubSub)(nil)
 // scanConcurrency bounds the GetQueueAttributes calls of a source scan.
 const scanConcurrency = 8
 
-// DeadLetterSources returns the queues whose RedrivePolicy moves messages to
-// the dead-letter queue dlq, by name (with the default QueueURLResolver a
-// queue's name is its topic), sorted. It asks SQS with
+// DeadLetterSources returns the topics of the queues whose RedrivePolicy
+// moves messages to the dead-letter queue of topic dlq, sorted. SQS names the
+// queues by their SQS names (QueueName); each is mapped back to its topic by
+// looking it up among the topics the PubSub knows (Config.Topics, and those
+// it has mapped), never by inverting QueueName, which loses '.' versus '-'.
+// A queue this PubSub does not know is named by its SQS name without
+// Config.QueuePrefix (which maps to it again); one outside the prefix has no
+// topic here and is an error. It asks SQS with
 // ListDeadLetterSourceQueues (permission sqs:ListDeadLetterSourceQueues);
 // where the API lacks that call (the emulator, decision 0004) it reads every
 // queue's RedrivePolicy instead (sqs:ListQueues, sqs:GetQueueAttributes),
@@ -44,9 +49,20 @@ func (p *PubSub) DeadLetterSources(ctx context.Context, dlq string) ([]string, e
 	if err != nil {
 		return nil, fmt.Errorf("dead-letter sources of %s: %w", dlq, err)
 	}
-	names := make([]string, len(urls))
-	for i, u := range urls {
-		names[i] = path.Base(u)
+	names := make([]string, 0, len(urls))
+	var outside []string
+	for _, u := range urls {
+		topic, ok := p.names.topicOrName(path.Base(u))
+		if !ok {
+			outside = append(outside, path.Base(u))
+			continue
+		}
+		names = append(names, topic)
+	}
+	if len(outside) > 0 {
+		slices.Sort(outside)
+		return nil, fmt.Errorf("dead-letter sources of %s: queue(s) %s dead-letter into it but are outside queue prefix %q, so no topic of this deployment names them",
+			dlq, strings.Join(slices.Compact(outside), ", "), p.cfg.QueuePrefix)
 	}
 	slices.Sort(names)
 	return slices.Compact(names), nil

@@ -2,6 +2,7 @@ package sqs_test
 
 import (
 	"context"
+	"fmt"
 	"log"
 	"time"
 
@@ -52,4 +53,18 @@ func ExampleNew_emulator() {
 		log.Printf("%s (delivery %s): %s", m.UUID, m.Metadata.Get(sqs.ReceiveCountKey), m.Payload)
 		m.Ack()
 	}
+}
+
+// Topology names become SQS queue names: dots turn into hyphens except a
+// trailing .fifo, the prefix goes in front, and valid names stay as they are.
+func ExampleQueueName() {
+	fmt.Println(sqs.QueueName("", "ai.analyze.cover_letter"))
+	fmt.Println(sqs.QueueName("", "interview-completed"))
+	fmt.Println(sqs.QueueName("stage-", "dlq.ai.analyze.resume"))
+	fmt.Println(sqs.QueueName("stage-", "booking-session-events.fifo"))
+	// Output:
+	// ai-analyze-cover_letter
+	// interview-completed
+	// stage-dlq-ai-analyze-resume
+	// stage-booking-session-events.fifo
 }

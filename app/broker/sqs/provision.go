@@ -21,8 +21,13 @@ import (
 )
 
 // Provisioning compiles a topology.Topology to SQS queues. Every queue of
-// Topology.AllQueues becomes one SQS queue, its dead-letter queue created
-// first so that its ARN can go into the source queue's RedrivePolicy.
+// Topology.AllQueues becomes one SQS queue named QueueName(Config.QueuePrefix,
+// its name), its dead-letter queue created first so that its ARN (which holds
+// the SQS name) can go into the source queue's RedrivePolicy. Before any call
+// every name is checked: one SQS would refuse, or two queues of the topology
+// mapping to one SQS name, fail the whole call with *QueueNameErrors. A plan
+// names a queue by its topology name, and by its SQS name too where they
+// differ: "queue ai.analyze.resume (SQS ai-analyze-resume)".
 //
 // Mapping of the topology model to SQS queue attributes (a zero duration is
 // SQS's default, which is then declared and checked like any other value):
@@ -126,12 +131,23 @@ func parseRedrive(s string) (redrivePolicy, error) {
 // spells them, and its redrive policy apart (nil = none), because the policy
 // needs its DLQ's ARN.
 type desired struct {
-	name    string
+	name    string // the SQS queue name
+	topic   string // the topology name
+	object  string // how a plan names it (queueObject)
 	attrs   map[string]string
 	redrive *redrivePolicy
 	// s3 is the bucket whose notifications the queue's policy admits; nil
 	// leaves the policy alone.
 	s3 *topology.S3Notifications
+}
+
+// queueObject is how a plan names the queue of topology name topic whose SQS
+// name is name.
+func queueObject(topic, name string) string {
+	if topic == name {
+		return "queue " + name
+	}
+	return "queue " + topic + " (SQS " + name + ")"
 }
 
 func seconds(d, zero time.Duration) string {
@@ -141,10 +157,10 @@ func seconds(d, zero time.Duration) string {
 	return strconv.Itoa(int(d / time.Second))
 }
 
-// desiredQueue compiles q; dlqArn is the ARN of its dead-letter queue ("" when
-// it has none).
-func desiredQueue(q topology.Queue, dlqArn string) desired {
-	d := desired{name: q.Name, attrs: map[string]string{
+// desiredQueue compiles q, whose SQS name is name; dlqArn is the ARN of its
+// dead-letter queue ("" when it has none).
+func desiredQueue(q topology.Queue, name, dlqArn string) desired {
+	d := desired{name: name, topic: q.Name, object: queueObject(q.Name, name), attrs: map[string]string{
 		attrVisibility: seconds(q.VisibilityTimeout, defaultVisibility),
 		attrRetention:  seconds(q.Retention, defaultRetention),
 		attrWait:       seconds(q.ReceiveWait, 0),
@@ -284,7 +300,7 @@ func (d desired) createAttributes() map[string]string {
 // SetQueueAttributes can change in place; the changes that need it carry no
 // Fix, the ones it cannot resolve do.
 func (d desired) diff(live map[string]string) (changes topology.Plan, set map[string]string) {
-	object := "queue " + d.name
+	object := d.object
 	set = map[string]string{}
 	for _, k := range sortedKeys(d.attrs) {
 		want := d.attrs[k]
@@ -368,6 +384,7 @@ type provisioner struct {
 	mode provisionMode
 
 	queues map[string]topology.Queue
+	names  map[string]string // topology name → SQS name
 	done   map[string]string // name → ARN (derived when Plan finds it missing)
 	busy   map[string]bool   // on the current dependency path: cycle check
 	// plan holds every change found (Plan; CreateMissing: those of the
@@ -423,9 +440,16 @@ func (p *PubSub) provision(ctx context.Context, t topology.Topology, mode provis
 	}
 	pr := &provisioner{p: p, t: t, mode: mode, queues: map[string]topology.Queue{}, done: map[string]string{}, busy: map[string]bool{}}
 	all := t.AllQueues()
-	for _, q := range all {
+	topics := make([]string, len(all))
+	for i, q := range all {
 		pr.queues[q.Name] = q
+		topics[i] = q.Name
 	}
+	names, errs := p.names.queues(topics)
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("sqs: topology %s: %w", t.Name, errors.Join(errs...))
+	}
+	pr.names = names
 	for _, q := range all {
 		if _, err := pr.ensure(ctx, q.Name); err != nil {
 			return nil, err
@@ -448,6 +472,7 @@ func (pr *provisioner) ensure(ctx context.Context, name string) (string, error) 
 	defer delete(pr.busy, name)
 
 	q := pr.queues[name]
+	sqsName := pr.names[name]
 	var dlqArn string
 	if q.DeadLetter != nil {
 		var err error
@@ -455,21 +480,21 @@ func (pr *provisioner) ensure(ctx context.Context, name string) (string, error) 
 			return "", err
 		}
 	}
-	live, err := pr.p.lookupQueue(ctx, name)
+	live, err := pr.p.lookupQueue(ctx, sqsName)
 	if err != nil {
 		return "", err
 	}
 	if q.DeadLetter != nil && dlqArn == "" && live != nil {
-		dlqArn = siblingOf(live.attrs[attrArn], q.DeadLetter.Queue) // Plan, DLQ missing
+		dlqArn = siblingOf(live.attrs[attrArn], pr.names[q.DeadLetter.Queue]) // Plan, DLQ missing
 	}
-	want := desiredQueue(q, dlqArn)
+	want := desiredQueue(q, sqsName, dlqArn)
 	if live == nil && pr.mode != planOnly {
 		live, err = pr.p.createQueue(ctx, want)
 		if err != nil {
 			return "", err
 		}
 		if live == nil { // created: nothing to compare but the access policy
-			created, err := pr.p.lookupQueue(ctx, name)
+			created, err := pr.p.lookupQueue(ctx, sqsName)
 			if err != nil {
 				return "", err
 			}
@@ -490,8 +515,8 @@ func (pr *provisioner) ensure(ctx context.Context, name string) (string, error) 
 		// Someone else created it meanwhile: compare like any live queue.
 	}
 	if live == nil { // Plan: missing
-		pr.plan = append(pr.plan, topology.Change{Kind: topology.Missing, Object: "queue " + name})
-		arn := pr.siblingArn(name)
+		pr.plan = append(pr.plan, topology.Change{Kind: topology.Missing, Object: want.object})
+		arn := pr.siblingArn(sqsName)
 		pr.done[name] = arn
 		return arn, nil
 	}
@@ -509,7 +534,7 @@ func (pr *provisioner) ensure(ctx context.Context, name string) (string, error) 
 		}
 	}
 	if len(set) > 0 {
-		if err := pr.p.setAttributes(ctx, live.url, name, set); err != nil {
+		if err := pr.p.setAttributes(ctx, live.url, sqsName, set); err != nil {
 			return "", err
 		}
 	}
@@ -573,7 +598,7 @@ func (p *PubSub) createQueue(ctx context.Context, d desired) (*liveQueue, error)
 	defer cancel()
 	_, err := p.client.CreateQueue(cctx, &sqs.CreateQueueInput{QueueName: aws.String(d.name), Attributes: d.createAttributes()})
 	if err == nil {
-		p.logger.Info("Created SQS queue", watermill.LogFields{"queue": d.name})
+		p.logger.Info("Created SQS queue", watermill.LogFields{"queue": d.name, "topic": d.topic})
 		return nil, nil
 	}
 	var exists *types.QueueNameExists

@@ -94,7 +94,7 @@ func uniqueTopology(t *testing.T, tp topology.Topology) topology.Topology {
 	c := rawClient(t)
 	t.Cleanup(func() {
 		for _, q := range tp.AllQueues() {
-			out, err := c.GetQueueUrl(context.Background(), &awssqs.GetQueueUrlInput{QueueName: aws.String(q.Name)})
+			out, err := c.GetQueueUrl(context.Background(), &awssqs.GetQueueUrlInput{QueueName: aws.String(sqs.QueueName("", q.Name))})
 			if err == nil {
 				_, _ = c.DeleteQueue(context.Background(), &awssqs.DeleteQueueInput{QueueUrl: out.QueueUrl})
 			}

@@ -74,10 +74,11 @@ func (e *PublishError) Unwrap() []error {
 	return errs
 }
 
-// Publish sends msgs to topic's queue, ten (or 1 MiB) per SendMessageBatch
-// call, in order. Every message is checked against SQS's rules first (payload
-// limit, attribute count and names, characters): if one fails, nothing is
-// sent and the error is a *broker.PayloadTooLargeError or an
+// Publish sends msgs to topic's queue (QueueName), ten (or 1 MiB) per
+// SendMessageBatch call, in order. A topic whose queue name SQS would refuse
+// fails with a *QueueNameError, and every message is checked against SQS's
+// rules first (payload limit, attribute count and names, characters): if one
+// fails, nothing is sent and the error is a *broker.PayloadTooLargeError or an
 // *InvalidMessageError. If SQS refuses some messages, the others are still
 // sent and the error is a *PublishError naming the refused ones.
 //
@@ -89,6 +90,10 @@ func (p *PubSub) Publish(topic string, msgs ...*message.Message) error {
 	}
 	if len(msgs) == 0 {
 		return nil
+	}
+	queue, err := p.names.queue(topic)
+	if err != nil {
+		return fmt.Errorf("publish %s: %w", topic, err)
 	}
 	if err := broker.CheckPayloads(msgs); err != nil {
 		return err
@@ -110,7 +115,7 @@ func (p *PubSub) Publish(topic string, msgs ...*message.Message) error {
 			MessageBody:       m.Body,
 			MessageAttributes: m.MessageAttributes,
 		}
-		if isFIFO(topic) {
+		if isFIFO(queue) {
 			group, dedup, err := fifoIDs(msg)
 			if err != nil {
 				return fmt.Errorf("publish %s: %w", topic, err)

@@ -2,7 +2,10 @@
 // with watermill-aws's marshaling conventions and queue URL resolvers but our
 // own publisher and receive loop.
 //
-// A topic is a queue name. Publish sends with SendMessageBatch, ten messages
+// A topic is a queue's topology name; QueueName maps it to its SQS queue
+// name (dots become hyphens, Config.QueuePrefix in front; see "Queue names"
+// in names.go) on every path, and a name SQS would refuse is refused here
+// too, even on the emulator. Publish sends with SendMessageBatch, ten messages
 // (and at most 1 MiB) per call, and reports exactly which messages SQS
 // refused. Subscribe runs Config.Workers long-polling receivers, each asking
 // for Config.BatchSize messages, and hands every message of a batch out on its
@@ -74,6 +77,7 @@ type PubSub struct {
 	cfg    Config
 	client *sqs.Client
 	logger watermill.LoggerAdapter
+	names  *queueNames
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -126,6 +130,7 @@ func New(ctx context.Context, cfg Config, logger watermill.LoggerAdapter) (*PubS
 		cfg:     cfg,
 		client:  sqs.NewFromConfig(awsCfg, clientOpts...),
 		logger:  logger,
+		names:   newQueueNames(cfg.QueuePrefix, cfg.Topics),
 		closing: make(chan struct{}),
 	}, nil
 }
@@ -141,7 +146,7 @@ func (p *PubSub) Ping(ctx context.Context) error {
 	return nil
 }
 
-// SubscribeInitialize creates the topic's queue if it does not exist, whatever
+// SubscribeInitialize creates the topic's queue (QueueName) if it does not exist, whatever
 // Config.CreateQueues says, with SQS's default attributes.
 func (p *PubSub) SubscribeInitialize(topic string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.RequestTimeout)
@@ -172,23 +177,27 @@ func (p *PubSub) isClosed() bool {
 	return p.closed
 }
 
-// queueURL resolves topic to its queue URL, creating the queue when create is
-// set and the resolver says it does not exist.
+// queueURL resolves topic to the URL of its queue (QueueName), creating the
+// queue when create is set and the resolver says it does not exist.
 func (p *PubSub) queueURL(ctx context.Context, topic string, create bool) (string, error) {
+	mapped, err := p.names.queue(topic)
+	if err != nil {
+		return "", err
+	}
 	res, err := p.cfg.QueueURLResolver.ResolveQueueUrl(ctx, wsqs.ResolveQueueUrlParams{
-		Topic:     topic,
+		Topic:     mapped,
 		SqsClient: p.client,
 		Logger:    p.logger,
 	})
 	if err != nil {
-		return "", fmt.Errorf("sqs: resolve queue of topic %s: %w", topic, err)
+		return "", fmt.Errorf("sqs: resolve queue %s of topic %s: %w", mapped, topic, err)
 	}
 	if res.QueueURL != nil && *res.QueueURL != "" && (res.Exists == nil || *res.Exists) {
 		return string(*res.QueueURL), nil
 	}
 	name := string(res.QueueName)
 	if name == "" {
-		name = topic
+		name = mapped
 	}
 	if !create {
 		return "", &QueueNotFoundError{Topic: topic, Queue: name}

@@ -84,9 +84,11 @@ func rawClient(t *testing.T) *awssqs.Client {
 	})
 }
 
+// queueURL returns the URL of topic name's queue (sqs.QueueName without a
+// prefix: a name SQS accepts is its own queue name).
 func queueURL(t *testing.T, c *awssqs.Client, name string) string {
 	t.Helper()
-	out, err := c.GetQueueUrl(context.Background(), &awssqs.GetQueueUrlInput{QueueName: aws.String(name)})
+	out, err := c.GetQueueUrl(context.Background(), &awssqs.GetQueueUrlInput{QueueName: aws.String(sqs.QueueName("", name))})
 	require.NoError(t, err)
 	return aws.ToString(out.QueueUrl)
 }

@@ -22,10 +22,12 @@ var statsAttributes = []types.QueueAttributeName{
 	types.QueueAttributeNameApproximateNumberOfMessagesDelayed,
 }
 
-// QueueStats reads the queue's ApproximateNumberOfMessages (Ready),
-// …NotVisible (InFlight: received and not deleted, or made invisible by a
-// nack's delay) and …Delayed (Delayed) with one GetQueueAttributes call on
-// the URL Config.QueueURLResolver gives (never creating the queue). The
+// QueueStats reads ApproximateNumberOfMessages (Ready), …NotVisible
+// (InFlight: received and not deleted, or made invisible by a nack's delay)
+// and …Delayed (Delayed) of queue's SQS queue (queue is a topology name,
+// mapped by QueueName; the result names it as given) with one
+// GetQueueAttributes call on the URL Config.QueueURLResolver gives (never
+// creating the queue). The
 // counts are approximate: eventually consistent, about a minute behind.
 // OldestAge is 0: SQS reports ApproximateAgeOfOldestMessage to CloudWatch
 // only. It needs the sqs:GetQueueAttributes permission.
@@ -41,7 +43,8 @@ func (p *PubSub) QueueStats(ctx context.Context, queue string) (broker.QueueStat
 	})
 	if missing := (*types.QueueDoesNotExist)(nil); errors.As(err, &missing) {
 		// Deleted since its URL was resolved (and cached).
-		return broker.QueueStats{}, fmt.Errorf("queue stats: %w", &QueueNotFoundError{Topic: queue, Queue: queue})
+		name, _ := p.names.queue(queue) // resolved above, so valid
+		return broker.QueueStats{}, fmt.Errorf("queue stats: %w", &QueueNotFoundError{Topic: queue, Queue: name})
 	}
 	if err != nil {
 		return broker.QueueStats{}, fmt.Errorf("sqs: queue stats of %s: %w", queue, err)

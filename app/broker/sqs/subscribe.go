@@ -19,7 +19,8 @@ import (
 	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
-// Subscribe returns the messages of topic's queue. Config.Workers receivers
+// Subscribe returns the messages of topic's queue (QueueName; a topic whose
+// queue name SQS would refuse is a *QueueNameError). Config.Workers receivers
 // long-poll the queue; every received message is handed out on its own, so a
 // consumer that handles messages concurrently (the Watermill router does) gets
 // a whole batch at once, and at most BatchSize×Workers are in flight
