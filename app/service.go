@@ -589,6 +589,9 @@ func (s *Service) closeResources() {
 			c()
 		}
 	}
+	if c, ok := s.inbox.(interface{ Close() }); ok {
+		c.Close()
+	}
 	if s.db != nil {
 		s.db.Close()
 	}

@@ -19,6 +19,8 @@ type Postgres struct {
 	pool   *pgxpool.Pool
 	table  string // quoted schema.processed_messages
 	leases string // quoted schema.inbox_leases
+	// holder is the session that identifies this store's leases.
+	holder *presence
 }
 
 var _ Store = (*Postgres)(nil)
@@ -31,8 +33,14 @@ func NewPostgres(pool *pgxpool.Pool, schema string) (*Postgres, error) {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
 	return &Postgres{pool: pool, table: pgx.Identifier{schema, "processed_messages"}.Sanitize(),
-		leases: pgx.Identifier{schema, "inbox_leases"}.Sanitize()}, nil
+		leases: pgx.Identifier{schema, "inbox_leases"}.Sanitize(),
+		holder: &presence{cfg: pool.Config().ConnConfig}}, nil
 }
+
+// Close ends the session that names this store's leases. Call it once no
+// lease is held any more (at shutdown); a lease taken afterwards opens a new
+// one.
+func (p *Postgres) Close() { p.holder.close() }
 
 // Process implements Store. It begins a transaction — or, when ctx already
 // carries one (dbtx.WithTx), a savepoint inside it, so the caller's commit
@@ -117,12 +125,19 @@ func (p *Postgres) Cleanup(ctx context.Context, ttl time.Duration) (int64, error
 }
 
 // Lease implements Store. Expiry is measured on the database's clock, so
-// workers on different hosts agree on it.
+// workers on different hosts agree on it. A lease also names its holder's
+// PostgreSQL session (a connection the store keeps open for its leases): a
+// lease whose holder's session is gone — its process died — is taken over at
+// once, not one TTL later.
 func (p *Postgres) Lease(ctx context.Context, consumer, messageID string, ttl time.Duration) (*Lease, error) {
 	return lease(ctx, p, consumer, messageID, ttl)
 }
 
 func (p *Postgres) acquire(ctx context.Context, k memKey, holder string, ttl time.Duration) (ok, processed bool, left time.Duration, err error) {
+	pid, started, err := p.holder.identity(ctx)
+	if err != nil {
+		return false, false, 0, err
+	}
 	err = dbtx.InTx(ctx, p.pool, func(ctx context.Context, tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+p.table+` WHERE consumer = $1 AND message_id = $2)`,
 			k.consumer, k.id).Scan(&processed); err != nil || processed {
@@ -132,11 +147,14 @@ func (p *Postgres) acquire(ctx context.Context, k memKey, holder string, ttl tim
 		// stays, and its time left is reported.
 		var got string
 		var leftUS int64
-		err := tx.QueryRow(ctx, `INSERT INTO `+p.leases+` AS l (consumer, message_id, holder, expires_at)
-			VALUES ($1, $2, $3, now() + $4 * interval '1 microsecond')
-			ON CONFLICT (consumer, message_id) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+		err := tx.QueryRow(ctx, `INSERT INTO `+p.leases+` AS l (consumer, message_id, holder, expires_at, holder_pid, holder_started)
+			VALUES ($1, $2, $3, now() + $4 * interval '1 microsecond', $5, $6)
+			ON CONFLICT (consumer, message_id) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at,
+				holder_pid = EXCLUDED.holder_pid, holder_started = EXCLUDED.holder_started
 			WHERE l.expires_at <= now()
-			RETURNING holder, 0`, k.consumer, k.id, holder, ttl.Microseconds()).Scan(&got, &leftUS)
+			   OR (l.holder_pid IS NOT NULL AND NOT EXISTS (
+			       SELECT 1 FROM pg_stat_activity a WHERE a.pid = l.holder_pid AND a.backend_start = l.holder_started))
+			RETURNING holder, 0`, k.consumer, k.id, holder, ttl.Microseconds(), pid, started).Scan(&got, &leftUS)
 		if errors.Is(err, pgx.ErrNoRows) {
 			if err := tx.QueryRow(ctx, `SELECT GREATEST(0, (extract(epoch FROM expires_at - now()) * 1e6)::bigint) FROM `+p.leases+`
 				WHERE consumer = $1 AND message_id = $2`, k.consumer, k.id).Scan(&leftUS); err != nil {
@@ -152,8 +170,14 @@ func (p *Postgres) acquire(ctx context.Context, k memKey, holder string, ttl tim
 }
 
 func (p *Postgres) renew(ctx context.Context, k memKey, holder string, ttl time.Duration) (bool, error) {
-	tag, err := p.pool.Exec(ctx, `UPDATE `+p.leases+` SET expires_at = now() + $4 * interval '1 microsecond'
-		WHERE consumer = $1 AND message_id = $2 AND holder = $3`, k.consumer, k.id, holder, ttl.Microseconds())
+	// The session may have been lost and opened again: the lease names the
+	// current one.
+	pid, started, err := p.holder.identity(ctx)
+	if err != nil {
+		return false, err
+	}
+	tag, err := p.pool.Exec(ctx, `UPDATE `+p.leases+` SET expires_at = now() + $4 * interval '1 microsecond', holder_pid = $5, holder_started = $6
+		WHERE consumer = $1 AND message_id = $2 AND holder = $3`, k.consumer, k.id, holder, ttl.Microseconds(), pid, started)
 	return tag.RowsAffected() == 1, err
 }
 
