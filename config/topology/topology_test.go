@@ -204,6 +204,9 @@ func TestSQSQueues(t *testing.T) {
 			BatchSize:         5,
 			MaxReceives:       3,
 			DeadLetter:        &topology.DeadLetter{Queue: "ingest-dlq", Retention: fourteenDays},
+			// S3's event notifications arrive here (the ingest-worker's
+			// source); the bucket is the deployment's setting.
+			S3Notifications: &topology.S3Notifications{From: "disputes.s3_bucket"},
 		}},
 		// §3 queue table, domain-events column.
 		{"disputes.yaml", topology.Queue{
