@@ -47,6 +47,12 @@ func build(_ context.Context, d spec.Deps) (spec.Parts, error) {
 		Logger:     d.Logger,
 		StaleClaim: d.Config.Interviews.StaleClaim,
 	}.Routes()}
+	if pg, ok := store.(*Postgres); ok && d.Verifier != nil {
+		parts.Endpoints = append(parts.Endpoints, spec.Endpoint{
+			Pattern: ReportRetryPath,
+			Handler: &ReportRetryAPI{DB: d.DB, Store: pg, Outbox: d.Outbox, Auth: d.Verifier, Logger: d.Logger},
+		})
+	}
 	if d.Config.Interviews.SampleTraffic {
 		parts.Workers = append(parts.Workers, spec.Worker{Name: "interviews sample traffic", Run: func(ctx context.Context) error {
 			_, err := SampleTraffic(ctx, store, NewProducer(d.Publisher, d.Logger), d.Logger)
