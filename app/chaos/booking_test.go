@@ -206,7 +206,7 @@ func (b *bookingFlow) produce(ctx context.Context, r *flowRun, until time.Time) 
 	n := len(b.sent)
 	b.mu.Unlock()
 	if n < total {
-		r.note("the publisher had %d of %d events confirmed (ran out of time or retries)", n, total)
+		r.short(n, total, "events confirmed")
 	}
 }
 

@@ -153,7 +153,7 @@ func (d *disputesFlow) produce(ctx context.Context, r *flowRun, until time.Time)
 	}
 	wg.Wait()
 	if k := next.Load(); int(k) < n {
-		r.note("the producer stopped after %d of %d business changes (ran out of time)", k, n)
+		r.short(int(k), n, "business changes")
 	}
 }
 

@@ -25,6 +25,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	epsqs "github.com/eventpipe/eventpipe/app/broker/sqs"
 )
 
 func numCPU() int { return runtime.NumCPU() }
@@ -103,6 +105,8 @@ type flowRun struct {
 	rng     *rand.Rand
 	faults  []faultRecord
 	notes   []string
+	// unsent is what the producer could not send of what the mode planned.
+	unsent int
 	started time.Time
 	ended   time.Time
 	// dupSent counts the duplicates the duplicates fault sent.
@@ -220,6 +224,15 @@ func (r *flowRun) stopAll() {
 	for _, p := range r.procs {
 		p.signal(syscall.SIGTERM, "stop", termWait)
 	}
+}
+
+// short records that the producer sent only sent of planned messages: the
+// row fails.
+func (r *flowRun) short(sent, planned int, what string) {
+	r.note("the producer stopped after %d of %d %s (ran out of time)", sent, planned, what)
+	r.mu.Lock()
+	r.unsent += planned - sent
+	r.mu.Unlock()
 }
 
 func (r *flowRun) note(format string, args ...any) {
@@ -470,6 +483,7 @@ func (r *flowRun) result(ctx context.Context) (Row, []string) {
 	r.mu.Lock()
 	faults := slices.Clone(r.faults)
 	notes := slices.Clone(r.notes)
+	row.Unsent = r.unsent
 	r.mu.Unlock()
 	for _, f := range faults {
 		row.Faults[f.kind]++
@@ -579,7 +593,7 @@ func (r *flowRun) dlqDepth(ctx context.Context, queue string) (int, error) {
 		return n, err
 	case "sqs":
 		c := sqsClient(r.sc.sqsEndpoint)
-		u, err := c.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(queue)})
+		u, err := c.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(epsqs.QueueName("", queue))})
 		if err != nil {
 			var nf *types.QueueDoesNotExist
 			if errors.As(err, &nf) {
@@ -745,7 +759,7 @@ func missingPoison(r *flowRun, dls []deadLetter, poison []string) []string {
 // sqsAttribute is one attribute of an SQS queue, or why it is unknown.
 func sqsAttribute(ctx context.Context, endpoint, queue string, name types.QueueAttributeName) string {
 	c := sqsClient(endpoint)
-	u, err := c.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(queue)})
+	u, err := c.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(epsqs.QueueName("", queue))})
 	if err != nil {
 		return err.Error()
 	}

@@ -13,6 +13,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/eventpipe/eventpipe/app/broker/postgres"
+	epsqs "github.com/eventpipe/eventpipe/app/broker/sqs"
 	"github.com/eventpipe/eventpipe/app/metadata"
 )
 
@@ -181,7 +182,7 @@ func (p *sqsPublisher) publish(ctx context.Context, to foreignDest, m foreignMsg
 	defer cancel()
 	u, ok := p.urls[to.Queue]
 	if !ok {
-		out, err := p.client.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(to.Queue)})
+		out, err := p.client.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(epsqs.QueueName("", to.Queue))})
 		if err != nil {
 			return "", fmt.Errorf("queue url %s: %w", to.Queue, err)
 		}

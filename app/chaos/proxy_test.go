@@ -101,7 +101,7 @@ func TestRenderFailsOnLostDuplicatedOrOutOfOrder(t *testing.T) {
 	ok := Row{Flow: "disputes outbox", Sent: 10, Effects: 10, OutOfOrder: -1, Faults: map[string]int{FaultSIGTERM: 1, FaultKillConsumer: 2},
 		MaxRecovery: 1500 * time.Millisecond, MaxRecoveryKind: FaultKillConsumer}
 	assert.False(t, ok.Failed())
-	for _, bad := range []Row{{Lost: 1}, {Duplicated: 1}, {OutOfOrder: 1}} {
+	for _, bad := range []Row{{Lost: 1}, {Duplicated: 1}, {OutOfOrder: 1}, {Unsent: 1}} {
 		assert.True(t, bad.Failed())
 	}
 	var b strings.Builder

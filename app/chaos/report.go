@@ -35,6 +35,10 @@ type Row struct {
 	Effects int
 	// Lost: sent events without an effect after the settle time.
 	Lost int
+	// Unsent: messages the mode planned that the producer could not send
+	// (it ran out of time: the broker refused it for the whole traffic).
+	// A run that sent less than planned proves less than it says: a failure.
+	Unsent int
 	// Duplicated: effect transactions committed more than once for one
 	// event id (the extra ones).
 	Duplicated int
@@ -62,8 +66,9 @@ type Row struct {
 }
 
 // Failed reports whether the row breaks a reliability contract: a lost or
-// duplicated effect, or an event applied out of order.
-func (r Row) Failed() bool { return r.Lost > 0 || r.Duplicated > 0 || r.OutOfOrder > 0 }
+// duplicated effect, or an event applied out of order — or whether the run
+// could not send what it planned.
+func (r Row) Failed() bool { return r.Lost > 0 || r.Duplicated > 0 || r.OutOfOrder > 0 || r.Unsent > 0 }
 
 // FaultSummary lists the faults by kind, "kill-consumer 3, sigterm 2".
 func FaultSummary(faults map[string]int) string {

@@ -20,6 +20,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/eventpipe/eventpipe/app/broker/postgres"
+	epsqs "github.com/eventpipe/eventpipe/app/broker/sqs"
 	eventpipesqs "github.com/eventpipe/eventpipe/app/broker/sqs"
 	"github.com/eventpipe/eventpipe/app/inbox"
 	"github.com/eventpipe/eventpipe/app/metadata"
@@ -329,7 +330,7 @@ func (s *stackupFlow) produce(ctx context.Context, r *flowRun, until time.Time) 
 	}
 	wg.Wait()
 	if k := next.Load(); int(k) < n {
-		r.note("the producer stopped after %d of %d requests (ran out of time)", k, n)
+		r.short(int(k), n, "requests")
 	}
 }
 
@@ -483,7 +484,7 @@ func (s *stackupFlow) consumeAMQP(ctx context.Context, r *flowRun) error {
 
 func (s *stackupFlow) consumeSQS(ctx context.Context, r *flowRun) error {
 	c := sqsClient(r.sc.sqsEndpoint)
-	u, err := c.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(callbackQueue)})
+	u, err := c.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(epsqs.QueueName("", callbackQueue))})
 	if err != nil {
 		return err
 	}
