@@ -10,13 +10,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/cenkalti/backoff/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -183,7 +187,12 @@ func newService(ctx context.Context, cfg config.Config, logger *slog.Logger, mod
 }
 
 // openDatabase opens the pool and applies the migrations when
-// postgres.migrate is on.
+// postgres.migrate is on. While the database cannot be reached (it is
+// starting, restarting, or the network is down) it logs and retries with
+// exponential backoff (capped at 10 s between tries) until ctx ends or
+// serve.connect_timeout passes (0 = no limit), as NewBroker does for the
+// broker; any other error (a refused login, a failed migration) ends it at
+// once.
 func openDatabase(ctx context.Context, cfg config.Config, logger *slog.Logger) (*pgxpool.Pool, error) {
 	pool, err := pgxpool.New(ctx, cfg.Postgres.DSN)
 	if err != nil {
@@ -192,7 +201,19 @@ func openDatabase(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 	if !cfg.Postgres.Migrate {
 		return pool, nil
 	}
-	applied, err := migrations.Up(ctx, pool, cfg.Postgres.Schema)
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 500 * time.Millisecond
+	b.MaxInterval = 10 * time.Second
+	applied, err := backoff.Retry(ctx, func() ([]migrations.Result, error) {
+		applied, err := migrations.Up(ctx, pool, cfg.Postgres.Schema)
+		if err != nil && !unreachable(err) {
+			return nil, backoff.Permanent(err)
+		}
+		return applied, err
+	}, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(cfg.Serve.ConnectTimeout),
+		backoff.WithNotify(func(err error, next time.Duration) {
+			logger.Warn("database unreachable, retrying", slog.Duration("retry_in", next.Round(time.Millisecond)), slog.Any("error", err))
+		}))
 	if err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: migrate schema %s: %w", cfg.Postgres.Schema, err)
@@ -600,5 +621,28 @@ func (s *Service) closeResources() {
 	defer cancel()
 	if err := s.tracerShutdown(ctx); err != nil {
 		s.logger.Warn("tracer shutdown", slog.Any("error", err))
+	}
+}
+
+// unreachable reports whether err says the database could not be reached or
+// is not taking connections now (starting up, shutting down, too many
+// connections): worth another try, unlike a refused login or a failed
+// statement.
+func unreachable(err error) bool {
+	var ce *pgconn.ConnectError
+	var pe *pgconn.PgError
+	switch {
+	case errors.As(err, &pe):
+		// 08: connection exception; 57P01..57P03: admin shutdown, crash
+		// shutdown, cannot connect now; 53300: too many connections.
+		return strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03" || pe.Code == "53300"
+	case errors.As(err, &ce):
+		var inner *pgconn.PgError
+		if errors.As(ce.Unwrap(), &inner) {
+			return unreachable(inner)
+		}
+		return true // dial, TLS, DNS: the network
+	default:
+		return pgconn.Timeout(err) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 	}
 }
