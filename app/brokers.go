@@ -157,6 +157,7 @@ func newAdapter(ctx context.Context, cfg config.Config, instance string, db *pgx
 		return postgres.New(ctx, postgres.Config{
 			QueueBatchSizes:      batchSizes(top),
 			QueueAckDeadlines:    visibilityTimeouts(top),
+			OrderedQueues:        orderedQueues(top),
 			DSN:                  cfg.Postgres.DSN,
 			MaxConns:             cfg.Postgres.MaxConns,
 			PollInterval:         cfg.Postgres.PollInterval,
@@ -187,6 +188,17 @@ func batchSizes(top topology.Topology) map[string]int {
 		}
 	}
 	return sizes
+}
+
+// orderedQueues are the topology's FIFO queues.
+func orderedQueues(top topology.Topology) map[string]bool {
+	ordered := map[string]bool{}
+	for _, q := range top.AllQueues() {
+		if q.FIFO {
+			ordered[q.Name] = true
+		}
+	}
+	return ordered
 }
 
 // queueNames are the names of the topology's queues and dead-letter queues.

@@ -57,6 +57,15 @@ type Config struct {
 	// receives 10 on one queue and 1 on the other).
 	QueueBatchSizes map[string]int
 
+	// OrderedQueues are the FIFO queues (topic → true): a row of one is
+	// claimed only while no earlier row of its group (metadata.GroupIDKey;
+	// the whole queue is one group for rows without it) is still in the
+	// table — leased to a consumer, delayed for a retry, or claimable — so
+	// a group is handled in publish order even when a consumer dies
+	// holding its head (the later rows wait for the lease to end instead of
+	// going to another consumer first).
+	OrderedQueues map[string]bool
+
 	// AckDeadline is the lease of a claim, a visibility timeout: while a
 	// delivered message is neither acked nor nacked its lease is renewed
 	// every third of it (see Leases in the package documentation), until its

@@ -199,14 +199,26 @@ func nonNil(b []byte) []byte {
 // The statement's text is the same for every claim of a subscription, which
 // builds it once (and pgx prepares it once per connection); claimArgs are
 // its parameters.
-func (s queueSchema) claimSQL(topic string) string {
+//
+// On an ordered (FIFO) queue a row is claimable only while no earlier row of
+// its group is in the table: acked rows are deleted, so an earlier row of
+// the group that is still there is leased, delayed or about to be claimed,
+// and the later one must wait for it.
+func (s queueSchema) claimSQL(topic string, ordered bool) string {
 	table := s.table(topic)
+	groupHead := ""
+	if ordered {
+		groupHead = `
+				AND NOT EXISTS (SELECT 1 FROM ` + table + ` AS earlier
+					WHERE earlier."offset" < c."offset"
+					  AND (earlier.metadata->>'` + metadata.GroupIDKey + `') IS NOT DISTINCT FROM (c.metadata->>'` + metadata.GroupIDKey + `'))`
+	}
 	// The lease runs from the statement's start, so that the subscriber's
 	// estimate of its end (its own clock, read before sending, plus lease)
 	// is never later than the database's.
 	return `WITH claimable AS (
-				SELECT "offset" FROM ` + table + `
-				WHERE available_at <= clock_timestamp()
+				SELECT "offset" FROM ` + table + ` AS c
+				WHERE available_at <= clock_timestamp()` + groupHead + `
 				ORDER BY "offset"
 				LIMIT $1
 				FOR UPDATE SKIP LOCKED

@@ -36,7 +36,7 @@ func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.M
 	sub := &subscription{
 		topic:           topic,
 		schema:          p.schema,
-		claimSQL:        p.schema.claimSQL(topic),
+		claimSQL:        p.schema.claimSQL(topic, p.cfg.OrderedQueues[topic]),
 		settleSQL:       p.schema.settleSQL(topic),
 		pool:            p.consumePool,
 		batchSize:       p.cfg.batchSizeOf(topic),
