@@ -134,7 +134,9 @@ func TestReadyzReportsUnreachableDatabase(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	// Migrating at start needs the database: serve refuses to start.
+	// Migrating at start needs the database: serve retries it until
+	// serve.connect_timeout, then refuses to start.
+	cfg.Serve.ConnectTimeout = 2 * time.Second
 	_, err := app.New(ctx, cfg, slog.New(slog.DiscardHandler))
 	require.ErrorContains(t, err, "migrate")
 
