@@ -101,12 +101,12 @@ type flowRun struct {
 	// consumer and relay are the targets of kill-consumer and kill-relay.
 	consumer, relay *process
 
-	mu      sync.Mutex
-	rng     *rand.Rand
-	faults  []faultRecord
-	notes   []string
+	mu     sync.Mutex
+	rng    *rand.Rand
+	faults []faultRecord
+	notes  []string
 	// unsent is what the producer could not send of what the mode planned.
-	unsent int
+	unsent  int
 	started time.Time
 	ended   time.Time
 	// dupSent counts the duplicates the duplicates fault sent.
