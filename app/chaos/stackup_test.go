@@ -20,7 +20,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/eventpipe/eventpipe/app/broker/postgres"
-	epsqs "github.com/eventpipe/eventpipe/app/broker/sqs"
 	eventpipesqs "github.com/eventpipe/eventpipe/app/broker/sqs"
 	"github.com/eventpipe/eventpipe/app/inbox"
 	"github.com/eventpipe/eventpipe/app/metadata"
@@ -484,7 +483,7 @@ func (s *stackupFlow) consumeAMQP(ctx context.Context, r *flowRun) error {
 
 func (s *stackupFlow) consumeSQS(ctx context.Context, r *flowRun) error {
 	c := sqsClient(r.sc.sqsEndpoint)
-	u, err := c.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(epsqs.QueueName("", callbackQueue))})
+	u, err := c.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(eventpipesqs.QueueName("", callbackQueue))})
 	if err != nil {
 		return err
 	}
