@@ -51,7 +51,9 @@ type InputError struct{ Msg string }
 
 func (e *InputError) Error() string { return e.Msg }
 
-func badInput(format string, args ...any) error { return &InputError{Msg: fmt.Sprintf(format, args...)} }
+func badInput(format string, args ...any) error {
+	return &InputError{Msg: fmt.Sprintf(format, args...)}
+}
 
 // Config configures the API.
 type Config struct {

@@ -56,7 +56,9 @@ func NewSealer(key []byte) (*Sealer, error) {
 	return &Sealer{aead: aead}, nil
 }
 
-func aad(userID int64) []byte { return []byte("stackup github token v1 user " + strconv.FormatInt(userID, 10)) }
+func aad(userID int64) []byte {
+	return []byte("stackup github token v1 user " + strconv.FormatInt(userID, 10))
+}
 
 // Seal encrypts the user's token: version byte, random nonce, ciphertext
 // and tag.
