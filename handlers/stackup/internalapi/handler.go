@@ -164,7 +164,7 @@ func (h *handler) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	err := dec.Decode(v)
 	if err == nil {
-		if _, extra := dec.Token(); extra != io.EOF {
+		if _, extra := dec.Token(); !errors.Is(extra, io.EOF) {
 			err = errors.New("more than one JSON value")
 		}
 	}
