@@ -132,8 +132,8 @@ func best(hits []Hit, limit int) []Hit {
 	slices.SortFunc(hits, func(a, b Hit) int {
 		return cmp.Or(cmp.Compare(b.Score, a.Score), cmp.Compare(a.DocumentID, b.DocumentID), cmp.Compare(a.ChunkIndex, b.ChunkIndex))
 	})
-	if len(hits) > limit {
-		hits = hits[:limit]
+	if len(hits) > max(limit, 0) {
+		hits = hits[:max(limit, 0)]
 	}
 	return hits
 }

@@ -52,6 +52,27 @@ func TestServers(t *testing.T) {
 	status, _ = call(t, "GET", srv.URL+"/api/internal/users/1/github-token", testKey, nil)
 	assert.Equal(t, http.StatusNotFound, status, "the memory store, tokens on")
 
+	// With a database, the Postgres store: what one server stored, another
+	// on the same schema finds.
+	pool, schema := dbtest.Schema(t)
+	withDB := cfg
+	withDB.Postgres.Schema = schema
+	withDB.StackUp.EmbeddingDimension = 3
+	clients := make([]*internalapi.Client, 2)
+	for i := range clients {
+		servers, err := internalapi.Servers(spec.Deps{Config: withDB, DB: pool, Getenv: envOf(map[string]string{"EVENTPIPE_STACKUP_INTERNAL_API_KEY": testKey})})
+		require.NoError(t, err)
+		require.Len(t, servers, 1)
+		srv := httptest.NewServer(servers[0].Handler)
+		defer srv.Close()
+		clients[i] = &internalapi.Client{BaseURL: srv.URL, APIKey: testKey}
+	}
+	_, err = clients[0].PutEmbeddings(context.Background(), 7, 1, []internalapi.Chunk{chunk(0, "kafka", 1, 0, 0)})
+	require.NoError(t, err)
+	hits, err := clients[1].Search(context.Background(), internalapi.SearchRequest{UserID: 7, QueryEmbedding: []float32{1, 0, 0}})
+	require.NoError(t, err)
+	assert.Len(t, hits, 1)
+
 	off := cfg
 	off.StackUp.InternalAddr = ""
 	servers, err = internalapi.Servers(spec.Deps{Config: off, Getenv: envOf(map[string]string{"EVENTPIPE_STACKUP_INTERNAL_API_KEY": testKey})})
