@@ -295,6 +295,20 @@ type StackUp struct {
 	// SampleInterval makes the core role send a sample request every
 	// interval (the make run demo); 0s turns it off.
 	SampleInterval time.Duration `yaml:"sample_interval" env:"SAMPLE_INTERVAL" doc:"Send a sample StackUp request every interval (core role; 0s = off)."`
+	// InternalAddr is the host:port of Core's internal API (§10: GitHub
+	// token, embeddings, search, AI logs), served with the core role when
+	// the variable InternalAPIKeyEnv names is set; "" turns it off.
+	InternalAddr string `yaml:"internal_addr" env:"INTERNAL_ADDR" doc:"host:port of Core's internal API (§10: /api/internal/...), served with the core role when the API key variable is set; empty turns it off."`
+	// InternalAPIKeyEnv names the variable holding the X-Internal-API-Key
+	// secret (at least 16 bytes); unset = the internal API is off.
+	InternalAPIKeyEnv string `yaml:"internal_api_key_env" env:"INTERNAL_API_KEY_ENV" doc:"Name of the environment variable holding the internal API's X-Internal-API-Key secret, at least 16 bytes; unset turns the API off (never put in configuration)."`
+	// TokenKeyEnv names the variable holding the AES-256 key (base64 of 32
+	// bytes) that encrypts users' GitHub tokens at rest; unset = the token
+	// endpoints answer 503.
+	TokenKeyEnv string `yaml:"token_key_env" env:"TOKEN_KEY_ENV" doc:"Name of the environment variable holding the AES-256-GCM key (base64 of 32 bytes) encrypting GitHub tokens at rest; unset = token endpoints off (503)."`
+	// EmbeddingDimension is the length of every embedding the internal API
+	// stores or searches with (1536: OpenAI's text-embedding-3-small).
+	EmbeddingDimension int `yaml:"embedding_dimension" env:"EMBEDDING_DIMENSION" doc:"Length of every embedding the internal API stores and searches with; another length is a 400 (1..16000)."`
 }
 
 // Realtime configures the StackUp RealTime server (handlers/realtime): SSE
@@ -637,6 +651,11 @@ func Defaults() Config {
 			BackoffInitial: 200 * time.Millisecond,
 			BackoffMax:     5 * time.Second,
 			SampleInterval: 0,
+
+			InternalAddr:       "127.0.0.1:8081",
+			InternalAPIKeyEnv:  "EVENTPIPE_STACKUP_INTERNAL_API_KEY",
+			TokenKeyEnv:        "EVENTPIPE_STACKUP_TOKEN_KEY",
+			EmbeddingDimension: 1536,
 		},
 		Telemetry: Telemetry{Exporter: ExporterNone, ServiceName: "eventpipe", SampleRatio: 1},
 		Outbox: Outbox{

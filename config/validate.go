@@ -192,6 +192,10 @@ func (c Config) Validate() error {
 	if c.StackUp.SampleInterval < 0 {
 		ps.add("stackup.sample_interval", "must not be negative")
 	}
+	if c.StackUp.InternalAddr != "" {
+		checkAddr(&ps, "stackup.internal_addr", c.StackUp.InternalAddr)
+	}
+	inRange(&ps, "stackup.embedding_dimension", c.StackUp.EmbeddingDimension, 1, 16000)
 	r := c.Realtime
 	oneOf(&ps, "realtime.fanout", r.Fanout, "auto", "none", "rabbitmq", "postgres")
 	if r.Fanout == "rabbitmq" && c.Broker.Kind != KindRabbitMQ {

@@ -61,6 +61,7 @@ EVENTPIPE_* environment variables; switch brokers with EVENTPIPE_BROKER.`,
 		SilenceErrors: true,
 	}
 	root.SetArgs(args)
+	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVarP(&e.configPath, "config", "c", lookup(environ, "EVENTPIPE_CONFIG"),

@@ -16,6 +16,7 @@ import (
 	"github.com/eventpipe/eventpipe/handlers/realtime/pgnotify"
 	"github.com/eventpipe/eventpipe/handlers/stackup/catalog"
 	"github.com/eventpipe/eventpipe/handlers/stackup/core"
+	"github.com/eventpipe/eventpipe/handlers/stackup/internalapi"
 )
 
 // Module is the StackUp Core ↔ AI contract with the roles stackup.roles
@@ -99,6 +100,14 @@ func build(ctx context.Context, d spec.Deps) (spec.Parts, error) {
 	if err != nil {
 		return fail(err)
 	}
+	if roles.Core {
+		// Core's internal API (§10), when its key is set.
+		internal, err := internalapi.Servers(d)
+		if err != nil {
+			return fail(err)
+		}
+		parts.Servers = append(parts.Servers, internal...)
+	}
 	parts.Routes = h.Routes()
 	if c.SampleInterval > 0 {
 		parts.Workers = []spec.Worker{{Name: "stackup sample traffic", Run: func(ctx context.Context) error {
@@ -179,7 +188,8 @@ func newRealtime(ctx context.Context, d spec.Deps) (srv *realtime.Server, closeB
 	return srv, closeBus, nil
 }
 
-// commands are the spec's own: `eventpipe realtime token`.
+// commands are the spec's own: `eventpipe realtime token` and `eventpipe
+// stackup github-token set`.
 func commands(env spec.CommandEnv) []*cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "realtime",
@@ -234,5 +244,5 @@ channel, plus the sessions and documents listed, until --ttl from now.`,
 	token.Flags().Int64SliceVar(&documents, "document", nil, "a document id the user may watch (repeatable)")
 	token.Flags().DurationVar(&ttl, "ttl", 15*time.Minute, "how long the token is valid")
 	cmd.AddCommand(token)
-	return []*cobra.Command{cmd}
+	return append([]*cobra.Command{cmd}, internalapi.Commands(env)...)
 }
