@@ -73,6 +73,7 @@ EVENTPIPE_* environment variables; switch brokers with EVENTPIPE_BROKER.`,
 	root.AddCommand(e.outboxCmd())
 	root.AddCommand(e.dlqCmd())
 	root.AddCommand(e.drainCheckCmd())
+	root.AddCommand(e.catalogCmd())
 	root.AddCommand(e.adminCmd())
 	// The specs' own commands (eventpipe realtime token, …).
 	root.AddCommand(app.Commands(spec.CommandEnv{

@@ -226,15 +226,21 @@ func (e *env) topologyExportCmd() *cobra.Command {
 		format, vhost string
 	)
 	cmd := &cobra.Command{
-		Use:   "export -f FILE... --format rabbitmq-definitions",
-		Short: "Print a RabbitMQ definitions.json for the topology (rabbitmqctl import_definitions)",
+		Use:   "export -f FILE... [--format rabbitmq-definitions|asyncapi]",
+		Short: "Print a RabbitMQ definitions.json (rabbitmqctl import_definitions) or an AsyncAPI 3.0 document of the topology",
 		Long: `export prints the queues as this deployment declares them: with rabbitmq.queue_type
 (EVENTPIPE_RABBITMQ_QUEUE_TYPE) set to classic or quorum, every queue and dead-letter queue is of
-that type, as serve and topology apply declare them.`,
+that type, as serve and topology apply declare them.
+
+--format asyncapi prints an AsyncAPI 3.0 document of the topologies and their specs' message
+catalogs: a channel per queue and dead-letter queue (AMQP and SQS bindings, SQS names with
+sqs.queue_prefix), a channel per exchange routing key, send and receive operations, and every
+message with its JSON Schema payload and its headers (eventpipe catalog schemas writes the
+schemas alone).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if format != "rabbitmq-definitions" {
-				return usageError{fmt.Errorf("--format %q: the only format is rabbitmq-definitions", format)}
+			if format != "rabbitmq-definitions" && format != "asyncapi" {
+				return usageError{fmt.Errorf("--format %q: want rabbitmq-definitions or asyncapi", format)}
 			}
 			tops, err := loadTopologies(files)
 			if err != nil {
@@ -255,7 +261,16 @@ that type, as serve and topology apply declare them.`,
 			if err != nil {
 				return usageError{err}
 			}
-			data, err := app.ExportDefinitions(merged, vhost)
+			var data []byte
+			if format == "asyncapi" {
+				data, err = app.ExportAsyncAPI(cfg, tops, Version, vhost)
+				if err != nil {
+					return usageError{err}
+				}
+				_, err = cmd.OutOrStdout().Write(data)
+				return err
+			}
+			data, err = app.ExportDefinitions(merged, vhost)
 			if err != nil {
 				return err
 			}
@@ -264,7 +279,7 @@ that type, as serve and topology apply declare them.`,
 		},
 	}
 	topologyFlags(cmd, &files)
-	cmd.Flags().StringVar(&format, "format", "rabbitmq-definitions", "output format")
-	cmd.Flags().StringVar(&vhost, "vhost", "/", "RabbitMQ virtual host the definitions are for")
+	cmd.Flags().StringVar(&format, "format", "rabbitmq-definitions", "output format: rabbitmq-definitions or asyncapi")
+	cmd.Flags().StringVar(&vhost, "vhost", "/", "RabbitMQ virtual host of the exchanges and queues")
 	return cmd
 }
