@@ -161,8 +161,9 @@ type JoinLink struct {
 	DispatchInterval time.Duration `yaml:"dispatch_interval" env:"DISPATCH_INTERVAL" doc:"How often due schedules are published (more than 0s)."`
 	// FallbackSchedule is when the fallback sweep runs, a five-field cron
 	// expression on the wall clock in UTC (or a descriptor such as
-	// @hourly). Default "0 */4 * * *", the spec's "every 4h"; serve also
-	// sweeps once at start.
+	// @hourly; an @every interval counts from the zero time — from midnight
+	// UTC when it divides a day — so that the replicas share its ticks). Default "0 */4 * * *", the spec's "every
+	// 4h"; serve also sweeps once at start.
 	FallbackSchedule string `yaml:"fallback_schedule" env:"FALLBACK_SCHEDULE" doc:"When the fallback sweep runs: a cron expression in UTC (minute hour day month weekday, or @hourly …); serve also sweeps at start."`
 	// SystemActorID is the updated_by of the status writes no user asked
 	// for (the sweep's, an event's without actorUserId). Default -1, an id
