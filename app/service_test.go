@@ -230,6 +230,7 @@ func TestInboxTTLMustOutliveRedelivery(t *testing.T) {
 	cfg.Admin.Addr = ""
 	cfg.Interviews.Enabled = true
 	cfg.Interviews.SampleTraffic = true
+	cfg.Interviews.APIAddr = "" // the default port would collide with other runs
 	cfg.Inbox.TTL = time.Hour
 	_, err := app.New(context.Background(), cfg, slog.New(slog.DiscardHandler))
 	var be *spec.BuildError

@@ -161,8 +161,9 @@ type JoinLink struct {
 	DispatchInterval time.Duration `yaml:"dispatch_interval" env:"DISPATCH_INTERVAL" doc:"How often due schedules are published (more than 0s)."`
 	// FallbackSchedule is when the fallback sweep runs, a five-field cron
 	// expression on the wall clock in UTC (or a descriptor such as
-	// @hourly). Default "0 */4 * * *", the spec's "every 4h"; serve also
-	// sweeps once at start.
+	// @hourly; an @every interval counts from the zero time — from midnight
+	// UTC when it divides a day — so that the replicas share its ticks). Default "0 */4 * * *", the spec's "every
+	// 4h"; serve also sweeps once at start.
 	FallbackSchedule string `yaml:"fallback_schedule" env:"FALLBACK_SCHEDULE" doc:"When the fallback sweep runs: a cron expression in UTC (minute hour day month weekday, or @hourly …); serve also sweeps at start."`
 	// SystemActorID is the updated_by of the status writes no user asked
 	// for (the sweep's, an event's without actorUserId). Default -1, an id
@@ -266,6 +267,14 @@ type Interviews struct {
 	// Default 10m: longer than a generation (llm.timeout), shorter than the
 	// report queue's 1800 s visibility; more than 0.
 	StaleClaim time.Duration `yaml:"stale_claim" env:"STALE_CLAIM" doc:"How long a report's PROCESSING claim is honoured before another worker may take it over (more than 0s)."`
+	// APIAddr is the host:port of the bot callbacks API, the spec's
+	// producer as HTTP endpoints (POST /interviews/{interviewId}/bot/complete
+	// and /bot/fail publish interview.completed / interview.failed). Default
+	// "127.0.0.1:8083", loopback only; "" turns it off; port 0 picks a free
+	// port. With admin JWTs verified (admin.token_secret_env or
+	// admin.token_jwks_url) a call needs a token with the interview-bot or
+	// admin role, else the API is open (decision 0023).
+	APIAddr string `yaml:"api_addr" env:"API_ADDR" doc:"host:port of the bot callbacks API (POST /interviews/{interviewId}/bot/complete and /bot/fail); empty turns it off."`
 }
 
 // StackUp configures the StackUp RabbitMQ messaging contract
@@ -623,7 +632,7 @@ func Defaults() Config {
 		Log:        Log{Level: LevelInfo, Format: FormatText},
 		Serve:      Serve{ShutdownTimeout: 30 * time.Second, ConnectTimeout: 0},
 		Demo:       Demo{Enabled: false, Interval: time.Second},
-		Interviews: Interviews{Enabled: false, SampleTraffic: false, StaleClaim: 10 * time.Minute},
+		Interviews: Interviews{Enabled: false, SampleTraffic: false, StaleClaim: 10 * time.Minute, APIAddr: "127.0.0.1:8083"},
 		Disputes: Disputes{
 			Enabled: false, SampleTraffic: false, AMLThreshold: 80, DefaultTAT: 5 * 24 * time.Hour,
 			S3MaxObjectSize: 10 << 20, S3Timeout: 30 * time.Second,

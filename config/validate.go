@@ -230,6 +230,9 @@ func (c Config) Validate() error {
 	if c.Booking.GatewayAddr != "" {
 		checkAddr(&ps, "booking.gateway_addr", c.Booking.GatewayAddr)
 	}
+	if c.Interviews.APIAddr != "" {
+		checkAddr(&ps, "interviews.api_addr", c.Interviews.APIAddr)
+	}
 
 	oneOf(&ps, "log.level", c.Log.Level, LevelDebug, LevelInfo, LevelWarn, LevelError)
 	oneOf(&ps, "log.format", c.Log.Format, FormatText, FormatJSON)

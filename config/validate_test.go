@@ -184,6 +184,15 @@ func TestValidate(t *testing.T) {
 			modify: func(c *config.Config) { c.Booking.Enabled, c.Booking.GatewayAddr = true, "127.0.0.1:0" },
 		},
 		{
+			name:   "interviews api addr",
+			modify: func(c *config.Config) { c.Interviews.APIAddr = "127.0.0.1:http-alt" },
+			want:   []config.Problem{{Path: "interviews.api_addr", Message: `"127.0.0.1:http-alt" has an invalid port: want a number in 0..65535`}},
+		},
+		{
+			name:   "interviews api off",
+			modify: func(c *config.Config) { c.Interviews.Enabled, c.Interviews.APIAddr = true, "" },
+		},
+		{
 			name:   "admin off, or on every interface",
 			modify: func(c *config.Config) { c.Admin.Addr = "" },
 		},

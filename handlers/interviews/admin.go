@@ -2,7 +2,6 @@ package interviews
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -30,9 +29,7 @@ type ReportRetryAPI struct {
 	DB     *pgxpool.Pool
 	Store  Store
 	Outbox outbox.Writer
-	Auth   interface {
-		Authenticate(r *http.Request) (auth.Principal, error)
-	}
+	Auth   Authenticator
 	Logger *slog.Logger
 }
 
@@ -40,30 +37,24 @@ type ReportRetryAPI struct {
 const ReportRetryPath = "/interviews/reports/"
 
 func (a *ReportRetryAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	reply := func(status int, v any) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		_ = json.NewEncoder(w).Encode(v)
-	}
-	refuse := func(status int, msg string) { reply(status, map[string]string{"error": msg}) }
 	p, err := a.Auth.Authenticate(r)
 	if err != nil {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="eventpipe"`)
-		refuse(http.StatusUnauthorized, err.Error())
+		refuse(w, http.StatusUnauthorized, err.Error())
 		return
 	}
 	if !p.HasRole(auth.AdminRole) {
-		refuse(http.StatusForbidden, "the admin role is required")
+		refuse(w, http.StatusForbidden, "the admin role is required")
 		return
 	}
 	id, ok := strings.CutSuffix(strings.TrimPrefix(r.URL.Path, ReportRetryPath), "/retry")
 	if !ok || !IsObjectID(id) {
-		refuse(http.StatusNotFound, "not found: POST "+ReportRetryPath+"{interviewId}/retry")
+		refuse(w, http.StatusNotFound, "not found: POST "+ReportRetryPath+"{interviewId}/retry")
 		return
 	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		refuse(http.StatusMethodNotAllowed, "use POST")
+		refuse(w, http.StatusMethodNotAllowed, "use POST")
 		return
 	}
 	var was Report
@@ -73,13 +64,13 @@ func (a *ReportRetryAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	})
 	switch {
 	case errors.Is(err, ErrReportNotFailed):
-		refuse(http.StatusConflict, "the report is not FAILED: "+strings.TrimPrefix(err.Error(), "retry report of interview "+id+": "))
+		refuse(w, http.StatusConflict, "the report is not FAILED: "+strings.TrimPrefix(err.Error(), "retry report of interview "+id+": "))
 	case err != nil:
 		a.Logger.ErrorContext(r.Context(), "report retry failed", slog.String("interview_id", id), slog.Any("error", err))
-		refuse(http.StatusInternalServerError, "the retry failed; see the service's log")
+		refuse(w, http.StatusInternalServerError, "the retry failed; see the service's log")
 	default:
 		a.Logger.InfoContext(r.Context(), "report retry requested", slog.String("interview_id", id),
 			slog.String("actor", p.Subject), slog.Int("attempts_before", was.AttemptCount))
-		reply(http.StatusOK, map[string]any{"interviewId": id, "attempts": was.AttemptCount, "lastError": was.LastError})
+		writeJSON(w, http.StatusOK, map[string]any{"interviewId": id, "attempts": was.AttemptCount, "lastError": was.LastError})
 	}
 }

@@ -13,6 +13,16 @@
 // fails its schema is logged and dropped (eventpipe's rule, where the spec
 // is silent on non-objects).
 //
+// # The producer as an API
+//
+// The spec's producer is the Fargate API's bot callbacks (completeInterview
+// → publishInterviewCompleted, failInterview → publishInterviewFailed).
+// BotAPI serves them over HTTP on interviews.api_addr: POST
+// /interviews/{interviewId}/bot/complete and /bot/fail publish through the
+// Producer with the caller's X-Request-Id (or a generated one) as the
+// requestId attribute and answer 202 once the message is published. The API
+// only publishes; the consumer settles (decision 0023).
+//
 // # Exactly-once credits
 //
 // A settlement is one transaction: the claim (UPDATE … WHERE settled_at IS

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"strings"
 	"sync"
@@ -42,6 +43,7 @@ func TestSpecOnEveryBroker(t *testing.T) {
 		{Name: "a duration beyond the reservation settles at the reservation", Run: testHugeDurationCapped},
 		{Name: "generator keeps failing", Run: testGeneratorKeepsFailing},
 		{Name: "database down when the batch starts", Run: testDatabaseDown},
+		{Name: "bot callbacks over HTTP", Run: testBotCallbacks},
 	})
 }
 
@@ -93,10 +95,12 @@ func (s *switchStore) failedCount() int {
 	return len(s.failed)
 }
 
-// handled counts deliveries per message id, per route.
+// handled counts deliveries per message id, per route, and keeps each
+// message's metadata as it arrived.
 type handled struct {
 	mu    sync.Mutex
 	byID  map[string]int
+	meta  map[string]message.Metadata
 	total int
 }
 
@@ -105,9 +109,20 @@ func (h *handled) wrap(next message.NoPublishHandlerFunc) message.NoPublishHandl
 		h.mu.Lock()
 		h.byID[msg.UUID]++
 		h.total++
+		if h.meta == nil {
+			h.meta = map[string]message.Metadata{}
+		}
+		h.meta[msg.UUID] = maps.Clone(msg.Metadata)
 		h.mu.Unlock()
 		return next(msg)
 	}
+}
+
+// metadata is the metadata the message id arrived with, nil before it did.
+func (h *handled) metadata(id string) message.Metadata {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.meta[id]
 }
 
 func (h *handled) count() (total int, byID map[string]int) {

@@ -12,8 +12,9 @@ import (
 )
 
 // Module is the interviews spec: interview-completed (credit settlement) and
-// report-generate (reports), with sample traffic when interviews.sample_traffic
-// is on.
+// report-generate (reports), the bot callbacks API that produces
+// interview-completed's messages when interviews.api_addr is set, and sample
+// traffic when interviews.sample_traffic is on.
 var Module = spec.Module{
 	Name:     "interviews",
 	Enabled:  func(c config.Config) bool { return c.Interviews.Enabled },
@@ -27,6 +28,10 @@ var Module = spec.Module{
 // a database — report requests then go through the transactional outbox, so a
 // relay must run (serve's, outbox.relay, or `eventpipe relay`) — and the
 // memory store otherwise (the embedded mode: nothing survives a restart).
+// With interviews.api_addr set, the bot callbacks API (BotAPI) listens there,
+// an intake server (serve's drain closes it first); it publishes straight to
+// interview-completed, as the spec's Fargate API does: there is no business
+// row of ours to commit with it.
 func build(_ context.Context, d spec.Deps) (spec.Parts, error) {
 	var store Store = NewMemory()
 	if d.DB != nil {
@@ -52,6 +57,16 @@ func build(_ context.Context, d spec.Deps) (spec.Parts, error) {
 			Pattern: ReportRetryPath,
 			Handler: &ReportRetryAPI{DB: d.DB, Store: pg, Outbox: d.Outbox, Auth: d.Verifier, Logger: d.Logger},
 		})
+	}
+	if addr := d.Config.Interviews.APIAddr; addr != "" {
+		api := &BotAPI{Producer: NewProducer(d.Publisher, d.Logger), Logger: d.Logger}
+		if d.Verifier != nil {
+			api.Auth = d.Verifier
+		} else {
+			d.Logger.Info("interviews bot callbacks API open: admin JWTs are not verified (admin.token_secret_env, admin.token_jwks_url)",
+				slog.String("spec", "interviews"), slog.String("addr", addr))
+		}
+		parts.Servers = append(parts.Servers, spec.Server{Name: APIServer, Addr: addr, Handler: api.Handler(), Intake: true})
 	}
 	if d.Config.Interviews.SampleTraffic {
 		parts.Workers = append(parts.Workers, spec.Worker{Name: "interviews sample traffic", Run: func(ctx context.Context) error {

@@ -77,6 +77,18 @@ func (p *Postgres) settle(ctx context.Context, s Settlement, followUp FollowUp) 
 		for _, m := range moves {
 			unreserve += m.Unreserve
 			released += m.Released
+		}
+		// The organisation's row before its lots' rows, the order a
+		// reservation (CreateInterview) takes them in: the other order
+		// deadlocks a settlement with a reservation of the same
+		// organisation, and settlements of one organisation queue here
+		// rather than on lots taken in different orders.
+		if _, err := tx.Exec(ctx, `UPDATE `+p.t("organizations")+`
+			SET reserved_credits = reserved_credits - $2, available_credits = available_credits + $3, updated_at = now()
+			WHERE id = $1`, s.OrganizationID, unreserve, released); err != nil {
+			return fmt.Errorf("update organization %s: %w", s.OrganizationID, err)
+		}
+		for _, m := range moves {
 			if _, err := tx.Exec(ctx, `UPDATE `+p.t("credit_lots")+`
 				SET reserved = reserved - $2, remaining = remaining - $3,
 				    status = CASE WHEN $4 THEN 'EXPIRED' WHEN remaining - $3 = 0 THEN 'DEPLETED' ELSE status END,
@@ -84,11 +96,6 @@ func (p *Postgres) settle(ctx context.Context, s Settlement, followUp FollowUp) 
 				WHERE id = $1`, m.LotID, m.Unreserve, m.Consumed+m.Forfeited, m.Expired); err != nil {
 				return fmt.Errorf("update lot %s: %w", m.LotID, err)
 			}
-		}
-		if _, err := tx.Exec(ctx, `UPDATE `+p.t("organizations")+`
-			SET reserved_credits = reserved_credits - $2, available_credits = available_credits + $3, updated_at = now()
-			WHERE id = $1`, s.OrganizationID, unreserve, released); err != nil {
-			return fmt.Errorf("update organization %s: %w", s.OrganizationID, err)
 		}
 		for _, e := range ledgerOf(s.OrganizationID, s.InterviewID, moves, now) {
 			if _, err := tx.Exec(ctx, `INSERT INTO `+p.t("credit_ledger_entries")+`

@@ -40,6 +40,7 @@ func TestStore(t *testing.T) {
 		"consumption capped to reservation":                testSettleCapped,
 		"settle twice is a no-op":                          testSettleTwice,
 		"concurrent settlements settle once":               testSettleConcurrent,
+		"reservations while settling do not deadlock":      testReserveWhileSettling,
 		"settle failed releases everything":                testSettleFailed,
 		"soonest-expiring lot first, expired lot forfeits": testLotsOrder,
 		"refusals change nothing":                          testSettleRefusals,
@@ -193,6 +194,34 @@ func testSettleConcurrent(t *testing.T, s interviews.Store) {
 	assert.Equal(t, 1, settled)
 	avail, res := balances(t, s, org)
 	assert.Equal(t, []int64{43, 0}, []int64{avail, res})
+}
+
+// A reservation (the API creating an interview) and a settlement (the
+// consumer) of one organisation at once: both take the organisation's row
+// and its lots' rows, in one order, so neither deadlocks the other (seen:
+// "deadlock detected" creating an interview while the previous one settled).
+func testReserveWhileSettling(t *testing.T, s interviews.Store) {
+	ctx := context.Background()
+	org := seed(t, s, 500, 500)
+	const n = 20
+	settling := make([]string, n)
+	for i := range settling {
+		settling[i] = newInterview(t, s, org, 5)
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			_, err := s.SettleCompleted(ctx, interviews.Settlement{InterviewID: settling[i], OrganizationID: org, Consumed: 2, Anchor: anchor}, nil)
+			assert.NoError(t, err, "settle")
+		})
+		wg.Go(func() {
+			err := s.CreateInterview(ctx, interviews.NewInterview{ID: interviews.NewObjectID(), OrganizationID: org, DurationSeconds: 60, CreditsReserved: 5})
+			assert.NoError(t, err, "reserve")
+		})
+	}
+	wg.Wait()
+	avail, res := balances(t, s, org)
+	assert.Equal(t, []int64{1000 - n*2 - n*5, n * 5}, []int64{avail, res}, "each settled consumed 2, each new one holds 5")
 }
 
 func testSettleFailed(t *testing.T, s interviews.Store) {

@@ -56,8 +56,11 @@
 // now - Grace (30 min), SCHEDULED, FAILED or stale IN_PROGRESS, oldest
 // first, and runs each through GenerateForSession in turn. RunFallback
 // sweeps at start and then on a cron schedule on the wall clock
-// (DefaultFallbackSchedule, every 4 h at minute 0, UTC), under a SweepLock
-// (a PostgreSQL advisory lock) so that one replica sweeps at a time. Writes
+// (DefaultFallbackSchedule, every 4 h at minute 0, UTC; an @every interval
+// is counted from the zero time, so replicas share its ticks), under a
+// SweepLock — a PostgreSQL advisory lock, and the newest tick taken
+// (joinlink_sweep_ticks) — so that one replica sweeps each tick, even one
+// whose timer fires after another's sweep of it ended. Writes
 // no user asked for are stamped Service.SystemActorID; Metrics counts
 // sweeps and generations and gauges the FAILED sessions (OQ-JLG-103).
 //

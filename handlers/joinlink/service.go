@@ -96,9 +96,12 @@ type Service struct {
 
 // SweepLock is a lock across the replicas of the service.
 type SweepLock interface {
-	// TryLock takes the lock without waiting: ok false when another
-	// replica holds it. release gives it back.
-	TryLock(ctx context.Context) (release func(), ok bool, err error)
+	// TryLock takes the lock for the sweep of tick without waiting: ok
+	// false when another replica holds it, or when tick is not zero and a
+	// replica took that tick already (its timer fired first). A zero tick
+	// is a sweep of no scheduled time (serve's sweep at start). release
+	// gives the lock back.
+	TryLock(ctx context.Context, tick time.Time) (release func(), ok bool, err error)
 }
 
 func (s *Service) now() time.Time {
@@ -208,14 +211,24 @@ func (s *Service) Sweep(ctx context.Context) (SweepResult, error) {
 
 // RunFallback sweeps once at start (a service deployed more often than its
 // schedule would otherwise never sweep), then at every time of schedule, on
-// the wall clock, until ctx ends. With a SweepLock, a replica that finds the
-// lock held skips that sweep (logged): one sweeper at a time. The serve
-// command runs it when ENABLE_JOIN_LINK_FALLBACK_CRON is on.
+// the service's clock, until ctx ends. An @every schedule is counted from
+// the zero time, not from the start, so that every replica has the same
+// ticks. With a SweepLock, one replica sweeps each tick: a replica that
+// finds the lock held, or its tick taken by another, skips it (logged). The
+// sweep at start is each process's own (under the lock, of no tick). The
+// serve command runs it when ENABLE_JOIN_LINK_FALLBACK_CRON is on.
 func (s *Service) RunFallback(ctx context.Context, schedule cron.Schedule) error {
+	schedule = onTheClock(schedule)
+	var tick time.Time // zero: the sweep at start
 	for {
-		s.sweepOnce(ctx)
-		next := schedule.Next(s.now())
-		t := time.NewTimer(time.Until(next))
+		s.sweepOnce(ctx, tick)
+		tick = schedule.Next(s.now())
+		if tick.IsZero() { // a cron expression of no date that exists
+			s.logger().WarnContext(ctx, "join-link fallback sweep: the schedule has no next time; no more sweeps")
+			<-ctx.Done()
+			return nil
+		}
+		t := time.NewTimer(tick.Sub(s.now()))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -225,19 +238,44 @@ func (s *Service) RunFallback(ctx context.Context, schedule cron.Schedule) error
 	}
 }
 
-// sweepOnce runs one sweep under the lock, logging what happened.
-func (s *Service) sweepOnce(ctx context.Context) {
+// onTheClock returns schedule with an @every interval counted from the zero
+// time (cron.ConstantDelaySchedule counts from whenever Next is asked, so
+// two replicas started a second apart would never share a tick); other
+// schedules are on the wall clock already.
+func onTheClock(schedule cron.Schedule) cron.Schedule {
+	if every, ok := schedule.(cron.ConstantDelaySchedule); ok {
+		return everyOnTheClock(every.Delay)
+	}
+	return schedule
+}
+
+type everyOnTheClock time.Duration
+
+func (e everyOnTheClock) Next(t time.Time) time.Time {
+	d := time.Duration(e)
+	return t.Truncate(d).Add(d)
+}
+
+// sweepOnce runs the sweep of tick (zero: at start) under the lock, logging
+// what happened.
+func (s *Service) sweepOnce(ctx context.Context, tick time.Time) {
+	log := s.logger()
+	if tick.IsZero() {
+		log = log.With(slog.String("trigger", "start"))
+	} else {
+		log = log.With(slog.String("trigger", "schedule"), slog.Time("tick", tick))
+	}
 	if s.SweepLock != nil {
-		release, ok, err := s.SweepLock.TryLock(ctx)
+		release, ok, err := s.SweepLock.TryLock(ctx, tick)
 		switch {
 		case err != nil:
 			if ctx.Err() == nil {
-				s.logger().ErrorContext(ctx, "join-link fallback sweep failed", slog.Any("error", err))
+				log.ErrorContext(ctx, "join-link fallback sweep failed", slog.Any("error", err))
 				s.Metrics.sweep(outcomeFailed)
 			}
 			return
 		case !ok:
-			s.logger().InfoContext(ctx, "join-link fallback sweep skipped: another replica is sweeping")
+			log.InfoContext(ctx, "join-link fallback sweep skipped: another replica is sweeping or swept this tick")
 			s.Metrics.sweep(string(Skipped))
 			return
 		}
@@ -246,12 +284,12 @@ func (s *Service) sweepOnce(ctx context.Context) {
 	r, err := s.Sweep(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			s.logger().ErrorContext(ctx, "join-link fallback sweep failed", slog.Any("error", err))
+			log.ErrorContext(ctx, "join-link fallback sweep failed", slog.Any("error", err))
 			s.Metrics.sweep(outcomeFailed)
 		}
 		return
 	}
-	s.logger().InfoContext(ctx, "join-link fallback sweep done", slog.Int("found", r.Found),
+	log.InfoContext(ctx, "join-link fallback sweep done", slog.Int("found", r.Found),
 		slog.Int("generated", r.Generated), slog.Int("skipped", r.Skipped), slog.Int("failed", r.Failed))
 	s.Metrics.sweep("swept")
 }

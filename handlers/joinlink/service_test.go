@@ -1,8 +1,12 @@
 package joinlink_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -141,14 +145,14 @@ func TestFallbackOneSweeperAtStartAndOnSchedule(t *testing.T) {
 	first, failing := overdue(), overdue()
 	gen.FailNext(failing, errors.New("zoom 503"))
 
-	release, ok, err := store.SweepLock().TryLock(ctx) // another replica is sweeping
+	release, ok, err := store.SweepLock().TryLock(ctx, time.Time{}) // another replica is sweeping
 	require.NoError(t, err)
 	require.True(t, ok)
-	hourly, err := cron.ParseStandard("@every 1h")
+	rarely, err := cron.ParseStandard("@yearly") // never within the test
 	require.NoError(t, err)
 	runA, stopA := context.WithCancel(ctx)
 	doneA := make(chan error, 1)
-	go func() { doneA <- a.RunFallback(runA, hourly) }()
+	go func() { doneA <- a.RunFallback(runA, rarely) }()
 	testbrokers.Eventually(t, 10*time.Second, "A's start sweep skipped", func() bool {
 		return counterValue(t, regA, "eventpipe_joinlink_sweeps_total", "skipped") == 1
 	})
@@ -173,9 +177,136 @@ func TestFallbackOneSweeperAtStartAndOnSchedule(t *testing.T) {
 	require.NoError(t, <-doneA)
 	require.NoError(t, <-doneB)
 	assert.Equal(t, 1, gen.Calls(first), "one generation across both replicas")
-	assert.Equal(t, float64(1), counterValue(t, regA, "eventpipe_joinlink_sweeps_total", "skipped"), "A's hourly sweep never came")
+	assert.Equal(t, float64(1), counterValue(t, regA, "eventpipe_joinlink_sweeps_total", "skipped"), "A's scheduled sweep never came")
 	assert.GreaterOrEqual(t, counterValue(t, regB, "eventpipe_joinlink_sweeps_total", "swept"), float64(3))
 	assert.Equal(t, float64(1), counterValue(t, regB, "eventpipe_joinlink_generations_total", "failed"))
+}
+
+// sweepLines collects the sweep's log lines (JSON) of several replicas.
+type sweepLines struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *sweepLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// byTick maps each scheduled tick to the replicas that logged it, with
+// their outcome ("done" or "skipped").
+func (l *sweepLines) byTick(t *testing.T) map[string]map[string]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ticks := map[string]map[string]string{}
+	for _, line := range bytes.Split(l.buf.Bytes(), []byte("\n")) {
+		var rec struct{ Msg, Trigger, Tick, Replica string }
+		if json.Unmarshal(line, &rec) != nil || rec.Trigger != "schedule" {
+			continue
+		}
+		outcome := ""
+		switch {
+		case strings.HasPrefix(rec.Msg, "join-link fallback sweep done"):
+			outcome = "done"
+		case strings.HasPrefix(rec.Msg, "join-link fallback sweep skipped"):
+			outcome = "skipped"
+		default:
+			continue
+		}
+		if ticks[rec.Tick] == nil {
+			ticks[rec.Tick] = map[string]string{}
+		}
+		assert.Empty(t, ticks[rec.Tick][rec.Replica], "replica %s logged tick %s once", rec.Replica, rec.Tick)
+		ticks[rec.Tick][rec.Replica] = outcome
+	}
+	return ticks
+}
+
+// Two replicas on one schema, started a second apart on "@every 2s", the
+// second one's clock 300 ms behind: they share every tick, and one of them
+// sweeps it. (Seen before: an @every schedule counted from each replica's
+// start gave the two replicas ticks of their own, a second apart, and each
+// swept every one of its own; and a replica whose timer fired after the
+// other's sweep of the same tick had ended found the lock free and swept
+// that tick again.)
+func TestFallbackOneSweepPerTickAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	pool, schema := dbtest.Schema(t)
+	lines := &sweepLines{}
+	logger := slog.New(slog.NewJSONHandler(lines, nil))
+	every2s, err := cron.ParseStandard("@every 2s")
+	require.NoError(t, err)
+	run := func(name string, skew time.Duration) (stop func()) {
+		s, err := joinlink.NewPostgres(pool, schema)
+		require.NoError(t, err)
+		svc := &joinlink.Service{Store: s, Generator: joinlink.NewMemoryGenerator(), SweepLock: s.SweepLock(),
+			Logger: logger.With(slog.String("replica", name)), Now: func() time.Time { return time.Now().Add(skew) }}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- svc.RunFallback(ctx, every2s) }()
+		return func() { cancel(); require.NoError(t, <-done) }
+	}
+	// A starts half-way through a second, B a second later with its clock
+	// at .2 s: counted from their starts, their 2 s ticks would never meet.
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1500 * time.Millisecond)))
+	stopA := run("a", 0)
+	time.Sleep(time.Second)
+	stopB := run("b", -300*time.Millisecond)
+	shared := func() (n int) {
+		for _, replicas := range lines.byTick(t) {
+			if len(replicas) == 2 {
+				n++
+			}
+		}
+		return n
+	}
+	testbrokers.Eventually(t, 15*time.Second, "three ticks seen by both replicas", func() bool { return shared() >= 3 })
+	stopA()
+	stopB()
+	ticks := lines.byTick(t)
+	for tick, replicas := range ticks {
+		done := 0
+		for _, outcome := range replicas {
+			if outcome == "done" {
+				done++
+			}
+		}
+		assert.Equal(t, 1, done, "tick %s: one sweep, by one replica: %v", tick, replicas)
+	}
+}
+
+// The Postgres sweep lock gives each tick once, in order, and a sweep of no
+// tick (at start) whenever the lock is free.
+func TestSweepLockTakesEachTickOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := dbtest.Schema(t)
+	s, err := joinlink.NewPostgres(pool, schema)
+	require.NoError(t, err)
+	lock := s.SweepLock()
+	take := func(tick time.Time) bool {
+		release, ok, err := lock.TryLock(ctx, tick)
+		require.NoError(t, err)
+		if ok {
+			release()
+		}
+		return ok
+	}
+	tick := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	assert.True(t, take(tick), "a new tick")
+	assert.False(t, take(tick), "taken already")
+	assert.False(t, take(tick.Add(-4*time.Hour)), "an older tick")
+	assert.True(t, take(time.Time{}), "a sweep at start")
+	assert.True(t, take(time.Time{}), "another start")
+	assert.True(t, take(tick.Add(4*time.Hour)), "the next tick")
+
+	release, ok, err := lock.TryLock(ctx, time.Time{})
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.False(t, take(tick.Add(8*time.Hour)), "the lock is held")
+	release()
+	assert.True(t, take(tick.Add(8*time.Hour)), "not taken while the lock was held")
 }
 
 func TestFailedSessionsGauge(t *testing.T) {

@@ -165,17 +165,21 @@ func (p *Postgres) CountStatus(ctx context.Context, status Status) (int, error) 
 
 // SweepLock is a SweepLock over a PostgreSQL session-level advisory lock,
 // keyed by the schema, so one replica sweeps at a time; the lock goes with
-// its connection, so a replica that dies mid-sweep frees it.
+// its connection, so a replica that dies mid-sweep frees it. Under the lock
+// a scheduled sweep takes its tick (joinlink_sweep_ticks holds the newest
+// one taken), so a replica whose timer fires after another's sweep of the
+// same tick ended skips it.
 func (p *Postgres) SweepLock() SweepLock {
-	return pgSweepLock{pool: p.pool, key: "eventpipe.joinlink.sweep/" + p.schema}
+	return pgSweepLock{pool: p.pool, key: "eventpipe.joinlink.sweep/" + p.schema, ticks: pgx.Identifier{p.schema, "joinlink_sweep_ticks"}.Sanitize()}
 }
 
 type pgSweepLock struct {
-	pool *pgxpool.Pool
-	key  string
+	pool  *pgxpool.Pool
+	key   string
+	ticks string
 }
 
-func (l pgSweepLock) TryLock(ctx context.Context) (func(), bool, error) {
+func (l pgSweepLock) TryLock(ctx context.Context, tick time.Time) (func(), bool, error) {
 	conn, err := l.pool.Acquire(ctx)
 	if err != nil {
 		return nil, false, fmt.Errorf("sweep lock: %w", err)
@@ -189,7 +193,7 @@ func (l pgSweepLock) TryLock(ctx context.Context) (func(), bool, error) {
 		conn.Release()
 		return nil, false, nil
 	}
-	return func() {
+	release := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, l.key); err != nil {
@@ -198,7 +202,24 @@ func (l pgSweepLock) TryLock(ctx context.Context) (func(), bool, error) {
 			_ = conn.Conn().Close(ctx)
 		}
 		conn.Release()
-	}, true, nil
+	}
+	if tick.IsZero() {
+		return release, true, nil
+	}
+	// Only a newer tick than the newest taken is this replica's to sweep.
+	err = conn.QueryRow(ctx, `INSERT INTO `+l.ticks+` AS t (id, last_tick) VALUES (true, $1)
+		ON CONFLICT (id) DO UPDATE SET last_tick = EXCLUDED.last_tick, updated_at = now()
+		WHERE t.last_tick < EXCLUDED.last_tick
+		RETURNING true`, micro(tick)).Scan(&ok)
+	if errors.Is(err, pgx.ErrNoRows) {
+		release()
+		return nil, false, nil
+	}
+	if err != nil {
+		release()
+		return nil, false, fmt.Errorf("sweep tick %s: %w", tick.UTC().Format(time.RFC3339), err)
+	}
+	return release, true, nil
 }
 
 // DeleteSession implements Store.
