@@ -80,7 +80,7 @@ func (c *Client) do(ctx context.Context, method, path string, body any, want int
 	if err != nil {
 		return fmt.Errorf("stackup internal API %s %s: %w", method, path, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != want {
 		var e errorJSON
 		_ = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&e)
