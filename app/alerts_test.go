@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventpipe/eventpipe/app"
+	"github.com/eventpipe/eventpipe/app/testbrokers"
 	"github.com/eventpipe/eventpipe/app/testenv"
 	"github.com/eventpipe/eventpipe/config"
 )
@@ -55,6 +56,7 @@ func TestAlertRulesNameServedMetrics(t *testing.T) {
 	cfg := config.Defaults()
 	cfg.Broker.Kind = config.KindPostgres
 	cfg.Postgres.DSN = testenv.PostgresDSN(t)
+	cfg.Postgres.Schema = testbrokers.Scope(t, "postgres")
 	cfg.Admin.Addr = "127.0.0.1:0"
 	cfg.StackUp.Enabled = true
 	cfg.StackUp.Roles = "core,ai-worker"
