@@ -142,6 +142,11 @@ as a bar on a terminal, else as JSON lines (--progress forces one).`,
 	// One variable each: registering a flag sets its variable to the
 	// default, so a shared one left peek with redrive's 0 (nothing shown).
 	peek.Flags().IntVar(&peekMax, "max", 10, "most messages to show")
+	// A peek no longer waits for deliveries (it reads the queue); the flag
+	// stays so that scripts keep working.
+	var peekWait time.Duration
+	peek.Flags().DurationVar(&peekWait, "wait", 5*time.Second, "ignored: a peek reads the queue without waiting")
+	_ = peek.Flags().MarkDeprecated("wait", "a peek reads the queue without waiting for deliveries")
 	redrive.Flags().DurationVar(&wait, "wait", 5*time.Second, "stop when no message arrives for this long")
 	redrive.Flags().IntVar(&redriveMax, "max", 0, "most messages to move (0 = all)")
 	redrive.Flags().StringVar(&to, "to", "", "queue to move them to (default: each one's source queue)")
