@@ -25,9 +25,9 @@ import (
 // health takes a JWT verified by s.verifier with the admin role (decision
 // 0017); the spec endpoints check it themselves, so that their errors keep
 // their spec's envelope, and are mounted only when a verifier is configured.
-// The admin server has no endpoint of its own beyond the three above: DLQ
-// redrive and outbox requeue are commands. The verifier (spec.Deps.Verifier)
-// is ready for the console's endpoints when they come.
+// The failed-message console is under /console/ (console.go, decision
+// 0028): with a verifier it takes an admin JWT (a bearer token, or its login
+// page's cookie), without one it answers loopback addresses only.
 func (s *Service) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -44,6 +44,7 @@ func (s *Service) adminHandler() http.Handler {
 		writeJSON(w, status, map[string]any{"ready": ok, "checks": checks})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	s.mountConsole(mux)
 	for _, b := range s.specs {
 		for _, e := range b.parts.Endpoints {
 			mux.Handle(e.Pattern, e.Handler)

@@ -67,6 +67,10 @@ type Service struct {
 	// timeout is over (middleware.Drain).
 	drain       context.Context
 	cancelDrain context.CancelFunc
+	// top is the enabled specs' topology; counts its queues' latest
+	// counts (the queue gauges, the console).
+	top    topology.Topology
+	counts *queueCounts
 }
 
 // builtSpec is one enabled spec's parts and the listeners of its servers.
@@ -129,6 +133,11 @@ func newService(ctx context.Context, cfg config.Config, logger *slog.Logger, mod
 		return nil, err
 	}
 	s.broker = ps
+	// The queue gauges and the console count through the broker, at most
+	// every few seconds.
+	s.top = top
+	s.counts = newQueueCounts(ps, top, cfg.Broker.Kind, logger)
+	s.registry.MustRegister(s.counts)
 	for _, q := range uncountedCrashQueues(cfg, top) {
 		logger.Warn("a message that kills its consumer every time is redelivered forever on this queue: it is an ordered (FIFO) classic RabbitMQ queue, whose crash redeliveries only the attempt ledger in PostgreSQL counts, and postgres.dsn is not set; set rabbitmq.queue_type: quorum (the broker counts them) or postgres.dsn",
 			slog.String("queue", q))

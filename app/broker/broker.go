@@ -200,3 +200,32 @@ func (s QueueStats) String() string {
 	}
 	return out
 }
+
+// Peeker is implemented by adapters that can read the messages of a queue
+// without taking them: `eventpipe dlq peek` and the failed-message console
+// show dead letters through it. What a peek leaves changed, where the broker
+// cannot read without a trace (RabbitMQ's redelivered flag and a quorum
+// queue's delivery count, SQS's receive count), is in Peeked.Effects; a peek
+// never spends an attempt of eventpipe's (x-attempt), never hides a message
+// from a consumer and never reorders the queue (decision 0029). The memory
+// broker does not implement it: its queues live inside the serve process.
+type Peeker interface {
+	// Peek returns up to max messages of queue (a queue name as Subscribe
+	// takes it), oldest first where the broker knows the order. A queue
+	// that does not exist is an error wrapping ErrQueueNotFound.
+	Peek(ctx context.Context, queue string, max int) (Peeked, error)
+}
+
+// Peeked is what one Peek read.
+type Peeked struct {
+	// Messages are the messages read, as a subscriber would see them
+	// (metadata included), oldest first where the broker knows the order.
+	Messages []*message.Message
+	// Complete is true when Messages are every message of the queue at the
+	// time of the read (fewer than max were there). SQS, which samples
+	// its servers, is never complete.
+	Complete bool
+	// Effects says, for an operator, what reading left changed in the
+	// queue; empty when nothing changed.
+	Effects string
+}

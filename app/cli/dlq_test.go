@@ -1,11 +1,23 @@
 package cli_test
 
 import (
+	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
+	"github.com/eventpipe/eventpipe/app"
 	"github.com/eventpipe/eventpipe/app/cli"
+	"github.com/eventpipe/eventpipe/app/metadata"
+	"github.com/eventpipe/eventpipe/app/testbrokers"
+	"github.com/eventpipe/eventpipe/app/testenv"
+	"github.com/eventpipe/eventpipe/config"
 )
 
 func TestDLQUsageErrors(t *testing.T) {
@@ -33,4 +45,61 @@ func TestPublishTakesTheIDsFromTheBody(t *testing.T) {
 	assert.Equal(t, cli.ExitOK, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "published smoke-1 to stackup.core-to-ai/analyze.resume")
 	assert.Contains(t, r.stdout, "(trace local-test)")
+}
+
+// dlq peek prints the dead letters and their groups and leaves them; dlq
+// redrive --dry-run --group prints what would move and moves nothing; the
+// redrive itself, off a terminal, reports its progress as JSON lines.
+func TestDLQPeekGroupDryRunAndProgress(t *testing.T) {
+	t.Parallel()
+	const dlq = "booking-session-events-dlq.fifo"
+	kind := config.KindPostgres
+	scope := testbrokers.Scope(t, kind)
+	environ := []string{"EVENTPIPE_BROKER=" + kind, "EVENTPIPE_BOOKING_ENABLED=true", "EVENTPIPE_ADMIN_ADDR=",
+		"EVENTPIPE_POSTGRES_DSN=" + testenv.PostgresDSN(t), "EVENTPIPE_POSTGRES_SCHEMA=" + scope}
+	ps := testbrokers.New(t, kind, scope)
+	var ids []string
+	for i := range 2 {
+		msg := message.NewMessage(watermill.NewUUID(), []byte(`{}`))
+		msg.Metadata.Set(metadata.GroupIDKey, "session-1")
+		metadata.SetDeadLetter(msg, metadata.DeadLetter{Reason: fmt.Sprintf("booking %d not found", i), Class: "permanent", Attempts: 5,
+			SourceQueue: "booking-session-events.fifo", DeadLetteredAt: time.Now().UTC()})
+		ids = append(ids, msg.UUID)
+		require.NoError(t, ps.Publish(dlq, msg))
+	}
+
+	r := run(t, environ, "dlq", "peek", "--queue", dlq)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Len(t, lines, 3, r.stdout)
+	var summary struct {
+		Groups   []app.DeadLetterGroup `json:"groups"`
+		Complete bool                  `json:"complete"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(lines[2]), &summary))
+	require.Len(t, summary.Groups, 1)
+	assert.Equal(t, "booking <n> not found", summary.Groups[0].Reason)
+	assert.Equal(t, 2, summary.Groups[0].Count)
+	assert.True(t, summary.Complete)
+
+	r = run(t, environ, "dlq", "redrive", "--queue", dlq, "--dry-run", "--group", summary.Groups[0].Key)
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "2 message(s) would be redriven from "+dlq+" (dry run: nothing changed)")
+	r = run(t, environ, "dlq", "peek", "--queue", dlq)
+	assert.Len(t, strings.Split(strings.TrimSpace(r.stdout), "\n"), 3, "the dry run moved nothing")
+
+	r = run(t, environ, "dlq", "redrive", "--queue", dlq, "--group", "booking <n> not found", "--rate", "20", "--wait", "2s")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "2 message(s) redriven from "+dlq)
+	progress := strings.Split(strings.TrimSpace(r.stderr), "\n")
+	require.Len(t, progress, 2, r.stderr)
+	var last struct {
+		Done  int    `json:"done"`
+		Total int64  `json:"total"`
+		ID    string `json:"id"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(progress[1]), &last))
+	assert.Equal(t, 2, last.Done)
+	assert.EqualValues(t, 2, last.Total)
+	assert.Contains(t, ids, last.ID)
 }

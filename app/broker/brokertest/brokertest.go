@@ -53,6 +53,20 @@ type Features struct {
 	// (RabbitMQ without its management API). Off, an unknown in-flight
 	// count fails the suite.
 	InFlightMayBeUnknown bool
+
+	// Peek is true when the PubSub implements broker.Peeker: the suite
+	// checks that a peek returns the queue's messages and leaves every one
+	// of them to its consumer, unhidden. False checks that it does not claim
+	// to.
+	Peek bool
+	// PeekInOrder is true when a peek returns a queue's messages in the
+	// order a consumer receives them.
+	PeekInOrder bool
+	// PeekCountsDelivery is true when the broker counts a peek as a
+	// delivery (RabbitMQ's redelivered flag, SQS's receive count) and says
+	// so in Peeked.Effects; false checks that a consumer sees no attempt
+	// spent (x-attempt 0) and that Effects is empty.
+	PeekCountsDelivery bool
 }
 
 // Constructor returns a fresh PubSub for one test. It registers its own
@@ -87,6 +101,7 @@ func Run(t *testing.T, f Features, newPubSub Constructor) {
 		{"ConcurrentSubscribersOneQueue", true, testConcurrentSubscribers},
 		{"PublishAfterConnectionDrop", false, testPublishAfterConnectionDrop},
 		{"QueueStats", true, testQueueStats},
+		{"Peek", true, testPeek},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -488,5 +503,88 @@ func Next(t testing.TB, msgs <-chan *message.Message, timeout time.Duration) *me
 	case <-time.After(timeout):
 		t.Fatalf("no message within %s", timeout)
 		return nil
+	}
+}
+
+// testPeek publishes three messages, peeks them twice (all, then a part),
+// then consumes them: every one is still there, at once (a peek hides
+// nothing), with its body and metadata, in the order peeked where the broker
+// has one, and — on a broker whose peek is not a delivery — with no attempt
+// spent.
+func testPeek(t *testing.T, f Features, newPubSub Constructor) {
+	ps := newPubSub(t)
+	closeOnCleanup(t, ps)
+	peeker, ok := ps.(broker.Peeker)
+	if !f.Peek {
+		require.False(t, ok, "the PubSub implements broker.Peeker: set Features.Peek")
+		t.Skip("broker cannot show a queue's messages without taking them")
+	}
+	require.True(t, ok, "Features.Peek is set but the PubSub does not implement broker.Peeker")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	_, err := peeker.Peek(ctx, Topic(t), 10)
+	require.ErrorIs(t, err, broker.ErrQueueNotFound, "peek of a queue that does not exist")
+
+	topic := Topic(t)
+	initialize(t, ps, topic)
+	const n = 3
+	var ids []string
+	for i := range n {
+		m := message.NewMessage(watermill.NewUUID(), fmt.Appendf(nil, `{"peek":%d}`, i))
+		m.Metadata.Set("x-peek-case", strconv.Itoa(i))
+		ids = append(ids, m.UUID)
+		require.NoError(t, ps.Publish(topic, m))
+	}
+
+	var all broker.Peeked
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		all, err = peeker.Peek(ctx, topic, 10)
+		if assert.NoError(c, err) {
+			assert.Len(c, all.Messages, n)
+		}
+	}, 30*time.Second, 200*time.Millisecond)
+	got := map[string]*message.Message{}
+	var order []string
+	for _, m := range all.Messages {
+		got[m.UUID] = m
+		order = append(order, m.UUID)
+	}
+	for i, id := range ids {
+		require.Contains(t, got, id)
+		assert.Equal(t, fmt.Sprintf(`{"peek":%d}`, i), string(got[id].Payload))
+		assert.Equal(t, strconv.Itoa(i), got[id].Metadata.Get("x-peek-case"))
+		assert.Equal(t, "0", got[id].Metadata.Get(metadata.AttemptKey), "a peek shows the attempt number as it was before it")
+	}
+	if f.PeekInOrder {
+		assert.Equal(t, ids, order, "peeked oldest first")
+		assert.True(t, all.Complete, "every message of the queue was read")
+	}
+	part, err := peeker.Peek(ctx, topic, 2)
+	require.NoError(t, err)
+	assert.Len(t, part.Messages, 2)
+	assert.False(t, part.Complete, "a peek cut at max is not complete")
+	if f.PeekCountsDelivery {
+		assert.NotEmpty(t, all.Effects, "a peek that counts as a delivery says so")
+	} else {
+		assert.Empty(t, all.Effects)
+	}
+
+	subCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	msgs, err := ps.Subscribe(subCtx, topic)
+	require.NoError(t, err)
+	var consumed []string
+	for range n {
+		m := Next(t, msgs, 15*time.Second)
+		consumed = append(consumed, m.UUID)
+		if !f.PeekCountsDelivery {
+			assert.Equal(t, "0", m.Metadata.Get(metadata.AttemptKey), "a peek spent an attempt of %s", m.UUID)
+		}
+		m.Ack()
+	}
+	assert.ElementsMatch(t, ids, consumed)
+	if f.PeekInOrder && !f.PeekCountsDelivery {
+		assert.Equal(t, ids, consumed, "a peek keeps the queue's order")
 	}
 }

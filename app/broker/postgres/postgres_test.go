@@ -54,6 +54,8 @@ func TestConformance(t *testing.T) {
 		DropConnections:    dropConnections,
 		RedeliveryTimeout:  postgres.DefaultRedeliveryDelay + 5*time.Second,
 		QueueStats:         true,
+		Peek:               true,
+		PeekInOrder:        true,
 	}, func(t *testing.T) broker.PubSub {
 		return newPubSub(t, testConfig(t))
 	})

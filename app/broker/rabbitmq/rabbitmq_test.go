@@ -50,6 +50,11 @@ func TestConformance(t *testing.T) {
 		DropConnections:    func(t *testing.T) { dropConnections(t, vhost) },
 		// .ci/services enables the management plugin: in flight is known.
 		QueueStats: true,
+		// Through the management API: requeued in place, flagged
+		// redelivered (decision 0029).
+		Peek:               true,
+		PeekInOrder:        true,
+		PeekCountsDelivery: true,
 	}, func(t *testing.T) broker.PubSub {
 		return newPubSub(t, amqpURL, nil)
 	})

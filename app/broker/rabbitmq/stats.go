@@ -1,6 +1,7 @@
 package rabbitmq
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -89,50 +90,11 @@ type managementCounts struct{ ready, unacked int64 }
 
 // managementQueue reads queue's message counts from the management API.
 func (p *PubSub) managementQueue(ctx context.Context, queue string) (managementCounts, error) {
-	if p.cfg.ManagementURL == "" {
-		return managementCounts{}, errors.New("no management URL")
-	}
-	uri, err := amqp.ParseURI(p.cfg.URL)
+	body, err := p.management(ctx, http.MethodGet, "/api/queues/%s/%s?columns=messages_ready,messages_unacknowledged", queue, nil)
 	if err != nil {
 		return managementCounts{}, err
 	}
-	base, err := url.Parse(p.cfg.ManagementURL)
-	if err != nil {
-		return managementCounts{}, fmt.Errorf("management url: %w", err)
-	}
-	user, password := uri.Username, uri.Password
-	if base.User != nil {
-		user = base.User.Username()
-		password, _ = base.User.Password()
-		base.User = nil
-	}
-	endpoint := strings.TrimSuffix(base.String(), "/") + "/api/queues/" + url.PathEscape(uri.Vhost) + "/" + url.PathEscape(queue) +
-		"?columns=messages_ready,messages_unacknowledged"
-
-	ctx, cancel := context.WithTimeout(ctx, managementTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
-	if err != nil {
-		return managementCounts{}, err
-	}
-	req.SetBasicAuth(user, password)
 	where := "management API at " + redactURL(p.cfg.ManagementURL)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return managementCounts{}, fmt.Errorf("%s: %w", where, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return managementCounts{}, fmt.Errorf("%s: %w", where, err)
-	}
-	switch resp.StatusCode {
-	case http.StatusOK:
-	case http.StatusNotFound:
-		return managementCounts{}, fmt.Errorf("%s: no statistics for queue %s yet", where, queue)
-	default:
-		return managementCounts{}, fmt.Errorf("%s: %s: %s", where, resp.Status, strings.TrimSpace(string(body)))
-	}
 	var q struct {
 		Ready   *int64 `json:"messages_ready"`
 		Unacked *int64 `json:"messages_unacknowledged"`
@@ -144,6 +106,68 @@ func (p *PubSub) managementQueue(ctx context.Context, queue string) (managementC
 		return managementCounts{}, fmt.Errorf("%s: no message counts for queue %s yet", where, queue)
 	}
 	return managementCounts{ready: *q.Ready, unacked: *q.Unacked}, nil
+}
+
+// errManagementNotFound is returned by management for a 404: no such queue
+// (or no statistics for it yet).
+var errManagementNotFound = errors.New("not found")
+
+// management sends one request to the management API: path is a format
+// with two %s, filled with the vhost and queue (path-escaped); body, when not
+// nil, is sent as JSON. It returns the body of a 200 answer.
+func (p *PubSub) management(ctx context.Context, method, path, queue string, body []byte) ([]byte, error) {
+	if p.cfg.ManagementURL == "" {
+		return nil, errors.New("no management URL")
+	}
+	uri, err := amqp.ParseURI(p.cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	base, err := url.Parse(p.cfg.ManagementURL)
+	if err != nil {
+		return nil, fmt.Errorf("management url: %w", err)
+	}
+	user, password := uri.Username, uri.Password
+	if base.User != nil {
+		user = base.User.Username()
+		password, _ = base.User.Password()
+		base.User = nil
+	}
+	endpoint := strings.TrimSuffix(base.String(), "/") + fmt.Sprintf(path, url.PathEscape(uri.Vhost), url.PathEscape(queue))
+
+	ctx, cancel := context.WithTimeout(ctx, managementTimeout)
+	defer cancel()
+	var reqBody io.Reader
+	if body != nil {
+		reqBody = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, endpoint, reqBody)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.SetBasicAuth(user, password)
+	where := "management API at " + redactURL(p.cfg.ManagementURL)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	// A get of many dead letters of up to 1 MiB each: read what came.
+	got, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return got, nil
+	case http.StatusNotFound:
+		return nil, fmt.Errorf("%s: no queue %s (or no statistics for it yet): %w", where, queue, errManagementNotFound)
+	default:
+		return nil, fmt.Errorf("%s: %s: %s", where, resp.Status, strings.TrimSpace(string(got)))
+	}
 }
 
 // defaultManagementURL is the management API on amqpURL's host and the

@@ -166,6 +166,10 @@ func TestConformance(t *testing.T) {
 		// 5 s visibility timeout runs out.
 		RedeliveryTimeout: 10 * time.Second,
 		QueueStats:        true,
+		// Receives with visibility 0: nothing hidden, the receive count
+		// raised (decision 0029).
+		Peek:               true,
+		PeekCountsDelivery: true,
 	}, func(t *testing.T) broker.PubSub {
 		return newPubSub(t, testConfig(t))
 	})

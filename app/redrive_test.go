@@ -1,0 +1,136 @@
+package app_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/eventpipe/eventpipe/app"
+	"github.com/eventpipe/eventpipe/app/broker/brokertest"
+	"github.com/eventpipe/eventpipe/app/metadata"
+	"github.com/eventpipe/eventpipe/app/testbrokers"
+)
+
+// deadLetter is a dead letter of source with reason, as eventpipe records it.
+func deadLetter(source, reason, class string, at time.Time) *message.Message {
+	msg := newTracedMessage(fmt.Sprintf(`{"reason":%q}`, reason))
+	metadata.SetDeadLetter(msg, metadata.DeadLetter{Reason: reason, Class: class, Attempts: 3, SourceQueue: source,
+		FirstFailureAt: at.Add(-time.Minute), LastFailureAt: at, DeadLetteredAt: at, TraceID: msg.Metadata.Get(metadata.TraceIDKey)})
+	return msg
+}
+
+// Dead letters group by class and reason with its ids and numbers masked; a
+// dry run of a group changes nothing; a group redrive moves only that group,
+// unspent (x-attempt 0), and leaves the rest in the DLQ; an edit whose body
+// the target's validation refuses sends nothing and keeps the dead letter;
+// a discard removes it without a copy.
+func TestRedriveGroupDryRunEditAndDiscard(t *testing.T) {
+	t.Parallel()
+	for _, b := range testbrokers.Kinds {
+		if !b.Durable {
+			continue
+		}
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			scope := testbrokers.Scope(t, b.Name)
+			ps := testbrokers.New(t, b.Name, scope)
+			source := brokertest.Topic(t)
+			dlq := source + "-dlq"
+			at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+			notFound := []*message.Message{
+				deadLetter(source, "order 17 not found", "permanent", at),
+				deadLetter(source, "order 99 not found", "permanent", at.Add(time.Hour)),
+				deadLetter(source, "order 5 not found", "permanent", at.Add(2*time.Hour)),
+			}
+			timeout := deadLetter(source, "timeout talking to the database", "transient", at)
+			publish(t, ps, source)
+			publish(t, ps, dlq, append(notFound, timeout)...)
+
+			var peek app.DeadLetterPeek
+			require.EventuallyWithT(t, func(c *assert.CollectT) {
+				var err error
+				peek, err = app.PeekDeadLetters(ctx, ps, dlq, 100)
+				if assert.NoError(c, err) {
+					assert.Len(c, peek.Letters, 4)
+				}
+			}, 30*time.Second, 200*time.Millisecond)
+			groups := app.GroupDeadLetters(peek.Letters)
+			require.Len(t, groups, 2)
+			assert.Equal(t, "order <n> not found", groups[0].Reason)
+			assert.Equal(t, "permanent", groups[0].Class)
+			assert.Equal(t, 3, groups[0].Count)
+			assert.Equal(t, at, groups[0].FirstSeen)
+			assert.Equal(t, at.Add(2*time.Hour), groups[0].LastSeen)
+			assert.Equal(t, "transient", groups[1].Class)
+
+			dry, err := app.Redrive(ctx, ps, ps, dlq, app.RedriveOptions{Group: groups[0].Key, DryRun: true})
+			require.NoError(t, err)
+			assert.Len(t, dry, 3)
+			for _, r := range dry {
+				assert.Equal(t, source, r.To)
+			}
+			again, err := app.PeekDeadLetters(ctx, ps, dlq, 100)
+			require.NoError(t, err)
+			assert.Len(t, again.Letters, 4, "a dry run changes nothing")
+
+			done, err := app.Redrive(ctx, ps, ps, dlq, app.RedriveOptions{Group: groups[0].Key, Idle: 3 * time.Second})
+			require.NoError(t, err)
+			var moved []string
+			for _, r := range done {
+				moved = append(moved, r.ID)
+			}
+			assert.ElementsMatch(t, []string{notFound[0].UUID, notFound[1].UUID, notFound[2].UUID}, moved)
+
+			subCtx, stop := context.WithCancel(ctx)
+			defer stop()
+			msgs, err := ps.Subscribe(subCtx, source)
+			require.NoError(t, err)
+			for range 3 {
+				m := brokertest.Next(t, msgs, 30*time.Second)
+				assert.Equal(t, "0", m.Metadata.Get(metadata.AttemptKey), "a redriven copy starts afresh")
+				assert.Empty(t, m.Metadata.Get(metadata.DeadLetterKey))
+				m.Ack()
+			}
+			stop()
+
+			left := func(n int) app.DeadLetterPeek {
+				t.Helper()
+				var p app.DeadLetterPeek
+				require.EventuallyWithT(t, func(c *assert.CollectT) {
+					var err error
+					p, err = app.PeekDeadLetters(ctx, ps, dlq, 100)
+					if assert.NoError(c, err) {
+						assert.Len(c, p.Letters, n)
+					}
+				}, 30*time.Second, 200*time.Millisecond)
+				return p
+			}
+			rest := left(1)
+			assert.Equal(t, timeout.UUID, rest.Letters[0].ID, "the other group stays")
+			assert.NotNil(t, rest.Letters[0].History, "passed over with its history")
+
+			refused := errors.New("payload.orderId is required")
+			_, err = app.Redrive(ctx, ps, ps, dlq, app.RedriveOptions{
+				IDs: []string{timeout.UUID}, Idle: 3 * time.Second,
+				Edits:    map[string][]byte{timeout.UUID: []byte(`{}`)},
+				Validate: func(string, []byte) error { return refused },
+			})
+			require.ErrorIs(t, err, refused)
+			left(1)
+
+			gone, err := app.Redrive(ctx, ps, ps, dlq, app.RedriveOptions{IDs: []string{timeout.UUID}, Discard: true, Idle: 3 * time.Second})
+			require.NoError(t, err)
+			require.Len(t, gone, 1)
+			assert.True(t, gone[0].Discarded)
+			left(0)
+		})
+	}
+}
