@@ -11,7 +11,7 @@ GOLANGCI_VERSION := v2.15.0
 TEST_TIMEOUT ?= 30m
 COMPOSE   := docker compose -f compose/docker-compose.yml
 
-.PHONY: definitions all build run test test-short services services-stop chromium socketio-client lint fmt up down clean help
+.PHONY: definitions all build run test test-short services services-stop chromium socketio-client amqp-peers lint fmt up down clean help
 
 all: build
 
@@ -38,7 +38,7 @@ services-stop: ## stop the SQS emulator started by `make services`
 	.ci/sqs-emulator stop
 
 # -count=1: results of tests that talk to services must never come from the cache.
-test: services chromium socketio-client ## run the whole test suite against the real services
+test: services chromium socketio-client amqp-peers ## run the whole test suite against the real services
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 test-short: ## unit tests only, no services
@@ -81,6 +81,9 @@ chromium: ## make sure headless Chromium is installed (the realtime demo page's 
 
 socketio-client: ## install the npm socket.io-client the booking gateway's interop tests drive
 	.ci/socketio-client
+
+amqp-peers: ## install the foreign AMQP peers (aio-pika, amqplib) the StackUp interop tests drive
+	.ci/amqp-peers
 
 definitions: ## regenerate compose/rabbitmq/definitions.json from config/topology/*.yaml
 	$(GO) run ./app/cmd/eventpipe topology export $(addprefix -f ,$(sort $(wildcard config/topology/*.yaml))) > compose/rabbitmq/definitions.json

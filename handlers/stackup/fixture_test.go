@@ -247,6 +247,9 @@ type fixtureOptions struct {
 	versions map[string][]aiworker.VersionHandler
 	// consumerVersions are Core's and RealTime's (stackup.Deps.ConsumerVersions).
 	consumerVersions map[string][]catalog.Version
+	// aiQueues limits our AI worker to these request queues (a foreign
+	// peer serves the others); empty means all.
+	aiQueues []string
 }
 
 var testLogger = func() *slog.Logger {
@@ -288,7 +291,7 @@ func newFixture(t *testing.T, kind string, opts fixtureOptions) *fixture {
 		Followup: f.proc, Feedback: f.proc, TTS: f.proc, Voice: f.proc}
 	h, err := stackup.New(stackup.Roles{Core: true, AIWorker: true, Realtime: true}, stackup.Deps{
 		Topology: stackupTopology, Publisher: f.failing, Inbox: f.inbox, Store: f.store, Outbox: outboxImpl,
-		Processors: procs, Versions: opts.versions, ConsumerVersions: opts.consumerVersions, Sink: f.sink, Retry: testRetry, Logger: testLogger,
+		Processors: procs, Versions: opts.versions, ConsumerVersions: opts.consumerVersions, AIQueues: opts.aiQueues, Sink: f.sink, Retry: testRetry, Logger: testLogger,
 	})
 	require.NoError(t, err)
 	f.h = h
