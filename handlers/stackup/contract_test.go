@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/eventpipe/eventpipe/app/failure"
 	"github.com/eventpipe/eventpipe/handlers/stackup/aiworker"
 	"github.com/eventpipe/eventpipe/handlers/stackup/catalog"
 	"github.com/eventpipe/eventpipe/handlers/stackup/core"
@@ -248,5 +247,4 @@ func testConsumerVersions(t *testing.T, kind string) {
 	_, dl := f.deadLetter("dlq.core.callback.analysis", bad)
 	assert.Equal(t, "permanent", dl.Class)
 	assert.Contains(t, dl.Reason, "targetType")
-	_ = failure.Permanent
 }

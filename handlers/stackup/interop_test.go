@@ -105,7 +105,7 @@ func runPeer(t *testing.T, p amqpPeer, plan map[string]any, whileRunning func())
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cmd := p.command(t)
-	cmd = exec.CommandContext(ctx, cmd.Path, cmd.Args[1:]...) //nolint:gosec // the test's own peer script
+	cmd = exec.CommandContext(ctx, cmd.Path, cmd.Args[1:]...)
 	if p.name == "amqplib" {
 		cmd.Dir = filepath.Join("testdata", "node")
 	}
