@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -110,7 +111,7 @@ func runPeer(t *testing.T, p amqpPeer, plan map[string]any, whileRunning func())
 		cmd.Dir = filepath.Join("testdata", "node")
 	}
 	cmd.Stdin = bytes.NewReader(append(line, '\n'))
-	var stderr bytes.Buffer
+	var stderr lockedBuffer // written by exec's copier while the peer runs
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
@@ -129,6 +130,24 @@ func runPeer(t *testing.T, p amqpPeer, plan map[string]any, whileRunning func())
 	require.NoError(t, json.Unmarshal([]byte(last), &res), "%s printed %q", p.name, last)
 	require.Empty(t, res.Error, "%s; stderr: %s", p.name, stderr.String())
 	return res
+}
+
+// lockedBuffer is a bytes.Buffer safe to read while a process writes to it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // Seen from a foreign peer on the same RabbitMQ (issue 16 item 4): requests
