@@ -11,7 +11,7 @@ GOLANGCI_VERSION := v2.15.0
 TEST_TIMEOUT ?= 30m
 COMPOSE   := docker compose -f compose/docker-compose.yml
 
-.PHONY: definitions all build run test test-short services services-stop chromium socketio-client asyncapi-parser lint fmt up down clean help
+.PHONY: definitions all build run test test-short services services-stop chromium socketio-client asyncapi-parser amqp-peers lint fmt up down clean help
 
 all: build
 
@@ -40,7 +40,7 @@ services-stop: ## stop the SQS emulator started by `make services`
 	.ci/sqs-emulator stop
 
 # -count=1: results of tests that talk to services must never come from the cache.
-test: services chromium socketio-client asyncapi-parser ## run the whole test suite against the real services
+test: services chromium socketio-client asyncapi-parser amqp-peers ## run the whole test suite against the real services
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 test-short: ## unit tests only, no services
@@ -86,6 +86,9 @@ socketio-client: ## install the npm socket.io-client the booking gateway's inter
 
 asyncapi-parser: ## install the npm @asyncapi/parser the AsyncAPI export's tests run
 	.ci/asyncapi-parser
+
+amqp-peers: ## install the foreign AMQP peers (aio-pika, amqplib) the StackUp interop tests drive
+	.ci/amqp-peers
 
 definitions: ## regenerate compose/rabbitmq/definitions.json from config/topology/*.yaml
 	$(GO) run ./app/cmd/eventpipe topology export $(addprefix -f ,$(sort $(wildcard config/topology/*.yaml))) > compose/rabbitmq/definitions.json

@@ -469,17 +469,21 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 // workers are the enabled specs' workers, plus the database's (outbox relay,
-// retention, inbox cleanup) when outbox.relay is on.
+// retention, inbox cleanup) when outbox.relay is on. The inbox is cleaned
+// whatever the relay does (StackUp §6: processed_messages rows older than
+// 24 h go), by the relay's workers or by a janitor of its own.
 func (s *Service) workers() []spec.Worker {
 	var ws []spec.Worker
-	if s.db != nil && s.cfg.Outbox.Relay {
+	relay := s.db != nil && s.cfg.Outbox.Relay
+	if relay {
 		ws = append(ws, spec.Worker{Name: "outbox relay", Run: func(ctx context.Context) error {
 			return RunOutbox(ctx, s.cfg, s.db, s.publisher, s.registry, s.logger)
 		}})
 	}
-	if s.db == nil {
-		// The embedded mode's inbox is in memory: without its janitor it
-		// grows with every message handled.
+	if !relay && s.inbox != nil {
+		// Without the relay's workers (the embedded mode's inbox in memory,
+		// or a database whose relay runs elsewhere) the inbox would grow
+		// with every message handled.
 		janitor := inbox.Janitor{Store: s.inbox, TTL: s.cfg.Inbox.TTL, Logger: s.logger}
 		ws = append(ws, spec.Worker{Name: "inbox janitor", Run: janitor.Run})
 	}

@@ -19,7 +19,9 @@ import (
 // AttemptKey is the metadata key every adapter sets on a delivered message:
 // the number of earlier deliveries of that message, starting at 0 — from SQS's
 // ApproximateReceiveCount, the Postgres broker's attempts column, RabbitMQ's
-// x-delivery-count / x-death. A publisher's value is never trusted.
+// x-delivery-count and eventpipe's own count. A publisher's value is replaced;
+// only RabbitMQ starts from a foreign peer's x-attempt (StackUp §3: the
+// peer's earlier attempts), which eventpipe's own publishers set to 0.
 const AttemptKey = "x-attempt"
 
 // FirstFailureKey is the metadata key an adapter sets on a redelivered message

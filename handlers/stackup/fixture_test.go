@@ -2,6 +2,7 @@ package stackup_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"maps"
 	"os"
@@ -81,8 +82,14 @@ func (p *fakeProc) call(key int64) error {
 	return b(n)
 }
 
+// errBadOutput makes a processor succeed with a result our strict encoder
+// refuses (a callback that cannot be assembled).
+var errBadOutput = errors.New("bad output")
+
 func (p *fakeProc) AnalyzeResume(ctx context.Context, j aiworker.Job, r *catalog.AnalyzeResumeV1) (aiworker.Analysis, error) {
-	if err := p.call(r.ResumeID); err != nil {
+	if err := p.call(r.ResumeID); errors.Is(err, errBadOutput) {
+		return aiworker.Analysis{Summary: "s", DocumentPath: "/bucket/../escape.md"}, nil
+	} else if err != nil {
 		return aiworker.Analysis{}, err
 	}
 	return p.Sample.AnalyzeResume(ctx, j, r)
@@ -132,7 +139,9 @@ func (p *fakeProc) GenerateFeedback(ctx context.Context, j aiworker.Job, r *cata
 }
 
 func (p *fakeProc) SynthesizeSpeech(ctx context.Context, j aiworker.Job, r *catalog.GenerateTTSV1) (aiworker.Speech, error) {
-	if err := p.call(r.MessageID); err != nil {
+	if err := p.call(r.MessageID); errors.Is(err, errBadOutput) {
+		return aiworker.Speech{AudioKey: ""}, nil // SUCCEEDED needs an audioKey
+	} else if err != nil {
 		return aiworker.Speech{}, err
 	}
 	return p.Sample.SynthesizeSpeech(ctx, j, r)
@@ -236,6 +245,11 @@ type fixture struct {
 type fixtureOptions struct {
 	dlqs     []string
 	versions map[string][]aiworker.VersionHandler
+	// consumerVersions are Core's and RealTime's (stackup.Deps.ConsumerVersions).
+	consumerVersions map[string][]catalog.Version
+	// aiQueues limits our AI worker to these request queues (a foreign
+	// peer serves the others); empty means all.
+	aiQueues []string
 }
 
 var testLogger = func() *slog.Logger {
@@ -277,7 +291,7 @@ func newFixture(t *testing.T, kind string, opts fixtureOptions) *fixture {
 		Followup: f.proc, Feedback: f.proc, TTS: f.proc, Voice: f.proc}
 	h, err := stackup.New(stackup.Roles{Core: true, AIWorker: true, Realtime: true}, stackup.Deps{
 		Topology: stackupTopology, Publisher: f.failing, Inbox: f.inbox, Store: f.store, Outbox: outboxImpl,
-		Processors: procs, Versions: opts.versions, Sink: f.sink, Retry: testRetry, Logger: testLogger,
+		Processors: procs, Versions: opts.versions, ConsumerVersions: opts.consumerVersions, AIQueues: opts.aiQueues, Sink: f.sink, Retry: testRetry, Logger: testLogger,
 	})
 	require.NoError(t, err)
 	f.h = h
@@ -327,11 +341,13 @@ func startRoutes(t *testing.T, ps broker.PubSub, h *stackup.Handlers, wrap ...fu
 
 var idSeq atomic.Int64
 
-func init() { idSeq.Store(time.Now().UnixMilli() % 1_000_000_000 * 1000) }
+func init() { idSeq.Store(time.Now().UnixMilli() % 1_000_000_000 * 1_000_000) }
 
 // newID returns an id unique across tests and runs (the SQS queues are
-// shared between runs).
-func newID() int64 { return idSeq.Add(1) }
+// shared between runs). Ids are 1000 apart: the ids a store assigns itself
+// (core.Store.AppendMessage: one above the highest) fall in between and
+// never take one a test has reserved but not created yet.
+func newID() int64 { return idSeq.Add(1000) }
 
 // eventually waits for cond, failing with what.
 func eventually(t *testing.T, what string, cond func() bool) {

@@ -74,6 +74,9 @@ type Deps struct {
 	AIQueues []string
 	// Versions adds request-type versions to the AI worker (§7).
 	Versions map[string][]aiworker.VersionHandler
+	// ConsumerVersions adds versions of callback types to Core and of
+	// notification types to RealTime (§7), keyed by message type.
+	ConsumerVersions map[string][]catalog.Version
 	// Sink receives realtime events; a LogSink when nil.
 	Sink  realtime.Sink
 	Retry catalog.Retry
@@ -121,7 +124,7 @@ func New(roles Roles, d Deps) (*Handlers, error) {
 	}
 	if roles.Core {
 		s, err := core.New(core.Config{Catalog: d.Catalog, Topology: d.Topology, Store: d.Store, Outbox: d.Outbox, Inbox: d.Inbox,
-			Retry: d.Retry, Logger: d.Logger})
+			Retry: d.Retry, Versions: d.ConsumerVersions, Logger: d.Logger})
 		if err != nil {
 			errs = append(errs, err)
 		} else if rs, err := s.Routes(); err != nil {
@@ -131,7 +134,7 @@ func New(roles Roles, d Deps) (*Handlers, error) {
 		}
 	}
 	if roles.Realtime {
-		r, err := realtime.Route(d.Catalog, d.Topology, d.Retry, d.Sink, d.Logger)
+		r, err := realtime.Route(d.Catalog, d.Topology, d.Retry, d.ConsumerVersions, d.Sink, d.Logger)
 		if err != nil {
 			errs = append(errs, err)
 		} else {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -17,9 +19,14 @@ import (
 // Attempt numbering on RabbitMQ.
 //
 // The StackUp contract (§3) carries the number of earlier attempts in the
-// x-attempt header, from 0. The attempt number eventpipe hands to handlers
-// counts only what eventpipe or the broker counted: a publisher's x-attempt is
-// carried, not trusted (DESIGN, "one attempt number, same on every broker").
+// x-attempt header, from 0. A peer that retries by publishing again (the
+// contract's AI server and Core count their retries there) sends its count
+// with it, as an AMQP number or as a decimal string; eventpipe honours it: a
+// message no eventpipe republished starts at the peer's x-attempt, and the
+// broker's and eventpipe's counts add to it. So a message a peer already tried
+// twice is not given the route's full attempt budget again. Anything else in
+// the header (a word, a negative number, a fraction) counts as 0. eventpipe's
+// own publishers always write 0 (Marshal).
 //
 // Quorum queues count deliveries themselves (x-delivery-count, which the
 // broker sets on every redelivery and overwrites when a publisher set it), so
@@ -67,8 +74,9 @@ import (
 //     An ordered queue is consumed with prefetch 1, so that only the message
 //     in hand comes back flagged after a crash (rabbitmq.go, consumeOnce).
 //
-// A delivery's attempt number is eventpipe's count (x-eventpipe-attempt, 0 on
-// a message no eventpipe republished) plus the count of the redeliveries
+// A delivery's attempt number is eventpipe's count (x-eventpipe-attempt; on a
+// message no eventpipe republished, the publisher's x-attempt) plus the count
+// of the redeliveries
 // since: x-delivery-count on a quorum queue, the attempt ledger's on an
 // ordered classic queue, 1 on another classic queue's flagged redelivery. On a classic queue x-delivery-count is a
 // publisher's header like any other and counts nothing.
@@ -81,10 +89,6 @@ import (
 // x-delivery-count restarts on the copy; eventpipe's count carries the
 // total). Only a native redelivery before the first republish — its first
 // consumer crashed — gets a new id: the old one died with that consumer.
-//
-// A publisher's x-attempt other than 0 is kept in MetadataPublisherAttempt
-// (and, on eventpipe's copies, in the header of that name), so a handler can
-// still log what the peer counted.
 //
 // Deliveries still unsettled at shutdown, prefetched but never handled, are
 // returned by closing the channel, so they come back flagged redelivered and
@@ -137,8 +141,7 @@ func (p *PubSub) countCrash(ctx context.Context, src source, d amqp.Delivery, ms
 			watermill.LogFields{"message_uuid": msg.UUID, "amqp_queue": src.queue})
 		return 0, false
 	}
-	own, _ := ownAttempt(d)
-	return own + crashes, true
+	return baseAttempt(d) + crashes, true
 }
 
 // forgetCrashes drops a settled delivery's row from the attempt ledger. A
@@ -155,11 +158,6 @@ func (p *PubSub) forgetCrashes(src source, d amqp.Delivery, msg *message.Message
 	}
 }
 
-// MetadataPublisherAttempt is the metadata key (and, on eventpipe's counted
-// copies, the AMQP header) that carries a publisher's own x-attempt when it
-// was not 0: the peer's count, for logs, never the attempt number.
-const MetadataPublisherAttempt = "x-publisher-attempt"
-
 // ownAttempt returns eventpipe's count carried by a copy it republished; ok
 // is false for a message no eventpipe republished.
 func ownAttempt(d amqp.Delivery) (n int, ok bool) {
@@ -170,10 +168,19 @@ func ownAttempt(d amqp.Delivery) (n int, ok bool) {
 	return headerInt(v), true
 }
 
+// baseAttempt is the count a delivery carries: eventpipe's on a copy it
+// republished, else the publisher's x-attempt (0 for ours).
+func baseAttempt(d amqp.Delivery) int {
+	if n, own := ownAttempt(d); own {
+		return n
+	}
+	return headerInt(d.Headers[metadata.AttemptKey])
+}
+
 // attemptOf returns the number of earlier attempts of a delivery from a queue
 // of type qt.
 func attemptOf(d amqp.Delivery, qt QueueType) int {
-	n, _ := ownAttempt(d)
+	n := baseAttempt(d)
 	if !d.Redelivered {
 		return n
 	}
@@ -185,8 +192,9 @@ func attemptOf(d amqp.Delivery, qt QueueType) int {
 	return n + 1
 }
 
-// headerInt reads a non-negative integer header of any AMQP numeric type, or
-// a decimal string; anything else is 0.
+// headerInt reads a non-negative integer header of any AMQP numeric type (a
+// float only when it is a whole number), or a decimal string (also as AMQP
+// bytes); anything else is 0.
 func headerInt(v any) int {
 	var n int64
 	switch v := v.(type) {
@@ -206,8 +214,22 @@ func headerInt(v any) int {
 		n = int64(v)
 	case uint32:
 		n = int64(v)
+	case uint64:
+		if v > 1<<30 {
+			return 0
+		}
+		n = int64(v)
+	case float32:
+		return headerInt(float64(v))
+	case float64:
+		if v != math.Trunc(v) || v < 0 || v > 1<<30 {
+			return 0
+		}
+		n = int64(v)
+	case []byte:
+		return headerInt(string(v))
 	case string:
-		parsed, err := strconv.ParseInt(v, 10, 64)
+		parsed, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		if err != nil {
 			return 0
 		}
@@ -221,27 +243,16 @@ func headerInt(v any) int {
 	return int(n)
 }
 
-// setAttempt writes the delivery's attempt number, first failure time and
-// publisher's count into msg's metadata, replacing whatever the publisher put
-// there.
+// setAttempt writes the delivery's attempt number and first failure time into
+// msg's metadata, replacing whatever the publisher put there.
 func setAttempt(msg *message.Message, d amqp.Delivery, qt QueueType) {
 	msg.Metadata.Set(metadata.AttemptKey, strconv.Itoa(attemptOf(d, qt)))
 	delete(msg.Metadata, headerOwnAttempt)
-	if _, own := ownAttempt(d); own {
-		// MetadataPublisherAttempt and the failure time are eventpipe's, as
-		// the copy carries them.
-		return
+	if _, own := ownAttempt(d); !own {
+		// Not counted by eventpipe: a failure time can only be the
+		// publisher's, in a format nobody agreed on.
+		delete(msg.Metadata, metadata.FirstFailureKey)
 	}
-	// Not counted by eventpipe: a failure time can only be the publisher's.
-	delete(msg.Metadata, metadata.FirstFailureKey)
-	if v, ok := d.Headers[metadata.AttemptKey]; ok && !isZero(v) {
-		msg.Metadata.Set(MetadataPublisherAttempt, HeaderString(v))
-	}
-}
-
-// isZero reports whether a header is the number 0 (of any type, or "0").
-func isZero(v any) bool {
-	return HeaderString(v) == "0"
 }
 
 // copyID is the message_id of a copy of d: its own, or else the id the
@@ -285,15 +296,15 @@ func (p *PubSub) republish(ctx context.Context, src source, d amqp.Delivery, msg
 	for k, v := range d.Headers {
 		headers[k] = v
 	}
-	if _, own := ownAttempt(d); !own {
-		// The publisher's count, carried under a name of its own: the copy's
-		// x-attempt is eventpipe's.
-		delete(headers, MetadataPublisherAttempt)
-		if v, ok := d.Headers[metadata.AttemptKey]; ok && !isZero(v) {
-			headers[MetadataPublisherAttempt] = v
-		}
-	}
 	delete(headers, headerDeliveryCount)
+	// The copy comes back through the default exchange: it carries where
+	// its original came through (Marshaler, setRouting).
+	delete(headers, metadata.ExchangeKey)
+	delete(headers, metadata.RoutingKeyKey)
+	if key := msg.Metadata.Get(metadata.RoutingKeyKey); key != "" {
+		headers[metadata.ExchangeKey] = msg.Metadata.Get(metadata.ExchangeKey)
+		headers[metadata.RoutingKeyKey] = key
+	}
 	headers[headerOwnAttempt] = int32(attempt)
 	headers[metadata.AttemptKey] = int32(attempt)
 	first := msg.Metadata.Get(metadata.FirstFailureKey)

@@ -38,14 +38,30 @@ func publishRaw(t *testing.T, amqpURL, queue string, pub amqp.Publishing) {
 	require.True(t, acked)
 }
 
-// A publisher's x-attempt (and, on a classic queue, its x-delivery-count) is
-// carried, never counted: the first delivery is attempt 0 whatever the
-// header says, and only eventpipe's and the broker's counts raise it.
-func TestPublisherAttemptIsNotTrusted(t *testing.T) {
+// A peer's x-attempt (§3: its earlier attempts, from 0) is honoured, sent as
+// an AMQP number or as a decimal string: the first delivery starts there, and
+// eventpipe's and the broker's counts add to it. Anything that is not a whole
+// number counts as 0; a classic queue's x-delivery-count is a publisher's
+// header like any other and counts nothing.
+func TestPeerAttemptIsHonoured(t *testing.T) {
 	t.Parallel()
 	amqpURL, _ := newVhost(t)
 	for _, qt := range queueTypes {
-		for name, peer := range map[string]any{"string": "99", "number": int32(99)} {
+		for name, tc := range map[string]struct {
+			header any
+			want   int
+		}{
+			"string":       {"2", 2},
+			"bytes":        {[]byte("2"), 2},
+			"int32":        {int32(2), 2},
+			"int64":        {int64(2), 2},
+			"uint8":        {uint8(2), 2},
+			"whole double": {float64(2), 2},
+			"fraction":     {1.5, 0},
+			"word":         {"two", 0},
+			"negative":     {int32(-3), 0},
+			"huge":         {int64(1) << 40, 0},
+		} {
 			t.Run(string(qt)+"/"+name, func(t *testing.T) {
 				t.Parallel()
 				ps := newPubSub(t, amqpURL, func(c *rabbitmq.Config) { c.QueueType = qt })
@@ -54,7 +70,7 @@ func TestPublisherAttemptIsNotTrusted(t *testing.T) {
 				publishRaw(t, amqpURL, topic, amqp.Publishing{
 					MessageId: "peer-1",
 					Headers: amqp.Table{
-						metadata.AttemptKey:      peer,
+						metadata.AttemptKey:      tc.header,
 						"x-delivery-count":       int64(5),
 						metadata.FirstFailureKey: "2001-01-01T00:00:00Z",
 					},
@@ -64,16 +80,14 @@ func TestPublisherAttemptIsNotTrusted(t *testing.T) {
 				msgs, err := ps.Subscribe(context.Background(), topic)
 				require.NoError(t, err)
 				first := brokertest.Next(t, msgs, 30*time.Second)
-				assert.Equal(t, "0", first.Metadata.Get(metadata.AttemptKey), "a first delivery is attempt 0")
-				assert.Equal(t, "99", first.Metadata.Get(rabbitmq.MetadataPublisherAttempt), "the peer's count is carried")
+				assert.Equal(t, strconv.Itoa(tc.want), first.Metadata.Get(metadata.AttemptKey), "the peer's count, on a first delivery")
 				assert.Empty(t, first.Metadata.Get(metadata.FirstFailureKey), "the peer's failure time is not ours")
 				first.Nack()
 
 				again := brokertest.Next(t, msgs, 30*time.Second)
 				again.Ack()
 				assert.Equal(t, "peer-1", again.UUID)
-				assert.Equal(t, "1", again.Metadata.Get(metadata.AttemptKey), "one nack, one earlier attempt")
-				assert.Equal(t, "99", again.Metadata.Get(rabbitmq.MetadataPublisherAttempt), "still carried")
+				assert.Equal(t, strconv.Itoa(tc.want+1), again.Metadata.Get(metadata.AttemptKey), "one nack more")
 			})
 		}
 	}

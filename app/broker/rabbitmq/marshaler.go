@@ -54,7 +54,18 @@ const (
 //     (attempts.go), never by a publisher.
 //   - Publishing sets message_id to the message UUID, and moves the
 //     MetadataContentType, MetadataContentEncoding and MetadataCorrelationID
-//     metadata into their AMQP properties; consuming moves them back.
+//     metadata into their AMQP properties; consuming moves them back. The
+//     UUID travels only as message_id, not also in watermill's
+//     _watermill_message_uuid header, which a peer would have to know of.
+//   - The routing facts are the broker's: publishing drops the
+//     metadata.ExchangeKey and metadata.RoutingKeyKey metadata (the routing
+//     publisher's), and consuming sets them from the delivery's own exchange
+//     and routing key — what a foreign publisher's message carries too, with
+//     no header of ours. A header of those names from a peer is not trusted.
+//     A delivery through the default exchange has no routing key in that
+//     sense (its routing key is a queue name), so it gets neither. A copy
+//     eventpipe republished (attempts.go) carries its original's in
+//     headers, which are then taken.
 //
 // The zero value is ready to use.
 type Marshaler struct{}
@@ -78,6 +89,11 @@ func (Marshaler) Marshal(msg *message.Message) (amqp.Publishing, error) {
 		return amqp.Publishing{}, err
 	}
 	pub.MessageId = msg.UUID
+	delete(pub.Headers, wamqp.DefaultMessageUUIDHeaderKey)
+	// The broker's delivery tells the consumer where the message came
+	// through (Unmarshal).
+	delete(pub.Headers, metadata.ExchangeKey)
+	delete(pub.Headers, metadata.RoutingKeyKey)
 	// The attempt count and failure time are the broker's to tell (see
 	// attempts.go); a new message starts at attempt 0 (StackUp §3).
 	delete(pub.Headers, metadata.FirstFailureKey)
@@ -113,6 +129,7 @@ func (Marshaler) Unmarshal(d amqp.Delivery) (*message.Message, error) {
 	if msg.UUID == "" {
 		msg.UUID = watermill.NewUUID()
 	}
+	setRouting(msg, d)
 	props := amqp.Publishing{ContentType: d.ContentType, ContentEncoding: d.ContentEncoding, CorrelationId: d.CorrelationId}
 	for _, p := range propertyFields {
 		if v := *p.field(&props); v != "" {
@@ -120,6 +137,22 @@ func (Marshaler) Unmarshal(d amqp.Delivery) (*message.Message, error) {
 		}
 	}
 	return msg, nil
+}
+
+// setRouting sets msg's exchange and routing key metadata from the delivery:
+// the broker's own (see Marshaler), or on a copy eventpipe republished, its
+// original's, which the copy carries in headers.
+func setRouting(msg *message.Message, d amqp.Delivery) {
+	if _, own := d.Headers[headerOwnAttempt]; own {
+		return // the copy's headers, already in msg.Metadata
+	}
+	delete(msg.Metadata, metadata.ExchangeKey)
+	delete(msg.Metadata, metadata.RoutingKeyKey)
+	if d.Exchange == "" {
+		return
+	}
+	msg.Metadata.Set(metadata.ExchangeKey, d.Exchange)
+	msg.Metadata.Set(metadata.RoutingKeyKey, d.RoutingKey)
 }
 
 // HeaderString renders an AMQP header value as a metadata string. It accepts

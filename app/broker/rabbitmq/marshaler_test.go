@@ -173,8 +173,8 @@ func TestMarshalRoundTrip(t *testing.T) {
 	assert.Equal(t, "application/json", pub.ContentType)
 	assert.Equal(t, "c-1", pub.CorrelationId)
 	assert.Equal(t, amqp.Persistent, pub.DeliveryMode)
-	assert.Equal(t, amqp.Table{wamqp.DefaultMessageUUIDHeaderKey: msg.UUID, "x-trace-id": "t-1", "x-attempt": int32(0)}, pub.Headers,
-		"headers.x-attempt is an integer, 0 on a new message (StackUp §3)")
+	assert.Equal(t, amqp.Table{"x-trace-id": "t-1", "x-attempt": int32(0)}, pub.Headers,
+		"headers.x-attempt is an integer, 0 on a new message (StackUp §3); the UUID travels as message_id only")
 
 	got, err := rabbitmq.Marshaler{}.Unmarshal(amqp.Delivery{
 		Headers: pub.Headers, Body: pub.Body, MessageId: pub.MessageId,
@@ -185,6 +185,47 @@ func TestMarshalRoundTrip(t *testing.T) {
 	msg.Metadata.Set("x-attempt", "0")
 	assert.Equal(t, msg.Metadata, got.Metadata)
 	assert.Equal(t, msg.Payload, got.Payload)
+}
+
+// The routing facts are the broker's: a message's exchange and routing key
+// metadata are not published as headers, and on delivery they come from the
+// delivery itself — a peer's headers of those names are not believed. A
+// delivery through the default exchange has none (its routing key is a queue
+// name); a counted copy of eventpipe's carries its original's.
+func TestRoutingFactsAreTheDeliverys(t *testing.T) {
+	t.Parallel()
+	msg := message.NewMessage(watermill.NewUUID(), nil)
+	msg.Metadata.Set(metadata.ExchangeKey, "stackup.core-to-ai")
+	msg.Metadata.Set(metadata.RoutingKeyKey, "analyze.resume")
+	pub, err := rabbitmq.Marshaler{}.Marshal(msg)
+	require.NoError(t, err)
+	assert.NotContains(t, pub.Headers, metadata.ExchangeKey)
+	assert.NotContains(t, pub.Headers, metadata.RoutingKeyKey)
+
+	forged := amqp.Table{metadata.ExchangeKey: "x", metadata.RoutingKeyKey: "analyze.web"}
+	for name, tc := range map[string]struct {
+		d                 amqp.Delivery
+		exchange, key     string
+		hasExchange, hasK bool
+	}{
+		"through an exchange": {d: amqp.Delivery{Exchange: "stackup.core-to-ai", RoutingKey: "analyze.resume", Headers: forged},
+			exchange: "stackup.core-to-ai", key: "analyze.resume", hasExchange: true, hasK: true},
+		"through the default exchange": {d: amqp.Delivery{Exchange: "", RoutingKey: "ai.analyze.resume", Headers: forged}},
+		"a counted copy": {d: amqp.Delivery{Exchange: "", RoutingKey: "ai.analyze.resume", Headers: amqp.Table{
+			"x-eventpipe-attempt": int32(1), metadata.ExchangeKey: "stackup.core-to-ai", metadata.RoutingKeyKey: "analyze.resume"}},
+			exchange: "stackup.core-to-ai", key: "analyze.resume", hasExchange: true, hasK: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := rabbitmq.Marshaler{}.Unmarshal(tc.d)
+			require.NoError(t, err)
+			x, okX := got.Metadata[metadata.ExchangeKey]
+			k, okK := got.Metadata[metadata.RoutingKeyKey]
+			assert.Equal(t, tc.hasExchange, okX)
+			assert.Equal(t, tc.hasK, okK)
+			assert.Equal(t, tc.exchange, x)
+			assert.Equal(t, tc.key, k)
+		})
+	}
 }
 
 // eventpipe's own count travels only on the copies the adapter republishes:
@@ -214,8 +255,8 @@ func FuzzUnmarshal(f *testing.F) {
 		require.NotNil(t, msg)
 		require.NotEmpty(t, msg.UUID)
 		for k, v := range headers {
-			if k == wamqp.DefaultMessageUUIDHeaderKey {
-				continue
+			if k == wamqp.DefaultMessageUUIDHeaderKey || k == metadata.ExchangeKey || k == metadata.RoutingKeyKey {
+				continue // the UUID, and the broker's routing facts (setRouting)
 			}
 			got, ok := msg.Metadata[k]
 			require.True(t, ok, "header %q lost", k)

@@ -65,6 +65,8 @@ type compiledQueue struct {
 	// fifo: the topology orders the queue's messages (per group); the
 	// subscriber then never reorders them (attempts.go).
 	fifo bool
+	// deadLetter is the queue's declared dead-lettering; nil without one.
+	deadLetter *topology.DeadLetter
 }
 
 type compiledBinding struct {
@@ -109,7 +111,7 @@ func compile(t topology.Topology) (compiled, error) {
 	for _, first := range []bool{true, false} {
 		for _, q := range all {
 			if dlqs[q.Name] == first {
-				c.queues = append(c.queues, compiledQueue{name: q.Name, typ: queueType(q), args: queueArgs(q), fifo: q.FIFO})
+				c.queues = append(c.queues, compiledQueue{name: q.Name, typ: queueType(q), args: queueArgs(q), fifo: q.FIFO, deadLetter: q.DeadLetter})
 			}
 		}
 	}

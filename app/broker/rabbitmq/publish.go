@@ -69,6 +69,20 @@ func (p *PubSub) publish(topic string, msgs []*message.Message) error {
 			}
 			p.declared.Store(topic, struct{}{})
 		}
+		if isDeadLetter(msgs) {
+			for _, m := range msgs {
+				exchange, key, pub, err := p.deadLetterPublishing(topic, m)
+				if err == nil {
+					err = p.publishOn(ctx, pc, exchange, key, 1, func(int) (amqp.Publishing, context.Context, error) {
+						return pub, m.Context(), nil
+					})
+				}
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		}
 		exchange, key := p.topology.Route(topic)
 		return p.publishOn(ctx, pc, exchange, key, len(msgs), func(i int) (amqp.Publishing, context.Context, error) {
 			pub, err := p.marshaler.Marshal(msgs[i])

@@ -526,7 +526,7 @@ func (p *PubSub) deliver(ctx context.Context, src source, d amqp.Delivery, out c
 			msg.Metadata.Set(metadata.AttemptKey, strconv.Itoa(attempt))
 		}
 	}
-	msgCtx, cancel := context.WithCancel(ctx)
+	msgCtx, cancel := context.WithCancel(withDelivery(ctx, d, src.queue))
 	defer cancel()
 	msg.SetContext(msgCtx)
 

@@ -125,8 +125,8 @@ func TestDropConnectionsStaysInVhost(t *testing.T) {
 }
 
 // A message from a foreign publisher, with RabbitMQ's own header types and no
-// AMQP properties, is delivered with every header as a string (and its
-// x-attempt carried aside).
+// AMQP properties, is delivered with every header as a string (its
+// x-attempt honoured as its earlier attempts).
 func TestForeignMessageWithTypedHeaders(t *testing.T) {
 	t.Parallel()
 	amqpURL, _ := newVhost(t)
@@ -166,13 +166,12 @@ func TestForeignMessageWithTypedHeaders(t *testing.T) {
 	assert.Equal(t, map[string]string{
 		"x-death":          `[{"count":2,"exchange":"stackup.core-to-ai","queue":"ai.analyze.resume","reason":"rejected","routing-keys":["analyze.resume"],"time":"2026-04-27T15:00:00Z"}]`,
 		"x-delivery-count": "3",
-		// A publisher's counts are carried, not trusted: a classic queue
-		// counts nothing, and this is a first delivery.
-		"x-attempt":                       "0",
-		rabbitmq.MetadataPublisherAttempt: "1",
-		"redelivered-flag":                "true",
-		"raw":                             "bytes",
-		"x-trace-id":                      "local-test",
+		// The publisher's x-attempt is honoured (its earlier attempts); a
+		// classic queue's x-delivery-count counts nothing.
+		"x-attempt":        "1",
+		"redelivered-flag": "true",
+		"raw":              "bytes",
+		"x-trace-id":       "local-test",
 	}, map[string]string(got.Metadata))
 }
 

@@ -129,8 +129,9 @@ type Declared struct {
 }
 
 var (
-	_ Topology   = (*Declared)(nil)
-	_ QueueTyper = (*Declared)(nil)
+	_ Topology         = (*Declared)(nil)
+	_ QueueTyper       = (*Declared)(nil)
+	_ DeadLetterRouter = (*Declared)(nil)
 )
 
 // NewDeclared returns the Topology of t; topics t does not know are handled
@@ -224,4 +225,18 @@ func (d *Declared) QueueType(topic string) QueueType {
 		}
 	}
 	return typeOfQueue(d.fallback, topic)
+}
+
+// DeadLetterRoute implements DeadLetterRouter: the dead-letter queue,
+// exchange and routing key declared for the queue named queue.
+func (d *Declared) DeadLetterRoute(queue string) (dlq, exchange, routingKey string, ok bool) {
+	for _, q := range d.c.queues {
+		if q.name == queue && q.deadLetter != nil {
+			return q.deadLetter.Queue, q.deadLetter.Exchange, q.deadLetter.DeadLetterRoutingKey(), true
+		}
+	}
+	if r, ok := d.fallback.(DeadLetterRouter); ok {
+		return r.DeadLetterRoute(queue)
+	}
+	return "", "", "", false
 }

@@ -21,6 +21,11 @@
 //     failed generation, UNEXPECTED otherwise (and for every feedback
 //     failure, §5.11); errorMessage is "ExcType: message", at most 500
 //     characters;
+//   - the success callback cannot be assembled from the processor's result
+//     (it does not encode, or our strict encoder refuses it: an unknown
+//     field, a value off the schema): part of the work (§6 "payload 조립"),
+//     answered with a FAILED callback, GENERATION_SCHEMA_INVALID, retriable
+//     false — on every request type, voice and tts too;
 //   - the success callback cannot be published: not reported as FAILED; the
 //     message goes to the DLQ with that error, unmarked, so a redrive runs
 //     it again. Same when even the FAILED callback cannot be published
@@ -274,8 +279,19 @@ func (w *Worker) guard(consumer string, t catalog.Type, vh VersionHandler, maxAt
 		job := Job{Envelope: d.Envelope, notify: func(nctx context.Context, mt, ev string, data any) { w.notify(nctx, d, mt, ev, data) }}
 
 		result, perr := run(ctx, vh, job, d.Payload)
+		var (
+			cb      *message.Message
+			cbTopic string
+		)
 		if perr == nil {
-			if err := w.answerWaiting(ctx, log, consumer, t.Callback, d, result); err != nil {
+			// Assembling the callback is part of the work (§6: "payload
+			// 조립"): a payload our strict encoder refuses is answered
+			// FAILED like any other failure; only its publish may fail
+			// into the DLQ.
+			cb, cbTopic, perr = w.assemble(ctx, t.Callback, d, result)
+		}
+		if perr == nil {
+			if err := w.answerWaiting(ctx, log, consumer, d, cb, cbTopic); err != nil {
 				if failure.Of(err) == failure.Duplicate {
 					return err // a twin answered first
 				}
@@ -290,14 +306,20 @@ func (w *Worker) guard(consumer string, t catalog.Type, vh VersionHandler, maxAt
 		}
 		var de *DomainError
 		isDomain := errors.As(perr, &de)
-		if vh.Direct && !isDomain {
+		if vh.Direct && !isDomain && !errors.Is(perr, errAssembly) {
 			return perr
 		}
 		if retryable(perr) && msgctx.Attempt(ctx) < maxAttempts {
 			return perr
 		}
 		sig := Signal(t.Name, perr)
-		if err := w.answerWaiting(ctx, log, consumer, t.Callback, d, vh.Failed(d.Payload, sig)); err != nil {
+		cb, cbTopic, err = w.encode(ctx, t.Callback, d, vh.Failed(d.Payload, sig))
+		if err != nil {
+			// Nothing can be answered: to the DLQ with the original error,
+			// unmarked (nothing was marked: the marker goes with a callback).
+			return failure.AsPermanent(fmt.Errorf("assemble %s FAILED callback (%w) after: %w", t.Callback, err, perr))
+		}
+		if err := w.answerWaiting(ctx, log, consumer, d, cb, cbTopic); err != nil {
 			if failure.Of(err) == failure.Duplicate {
 				return err
 			}
@@ -360,15 +382,15 @@ func (w *Worker) lease(ctx context.Context, log *slog.Logger, consumer, id strin
 // published before the marker, so a retry could publish it twice: not
 // retried; nor is a callback committed but not published
 // (*outbox.NotPublishedError).
-func (w *Worker) answerWaiting(ctx context.Context, log *slog.Logger, consumer, messageType string, d catalog.Delivery, p catalog.Payload) error {
+func (w *Worker) answerWaiting(ctx context.Context, log *slog.Logger, consumer string, d catalog.Delivery, msg *message.Message, topic string) error {
 	backoff := infraBackoffInitial
 	for {
-		err := w.answer(ctx, consumer, messageType, d, p)
+		err := w.answer(ctx, consumer, d, msg, topic)
 		var np *outbox.NotPublishedError
 		if err == nil || w.cfg.Outbox == nil || failure.Of(err) != failure.Transient || errors.As(err, &np) || ctx.Err() != nil {
 			return err
 		}
-		log.WarnContext(ctx, "stackup callback not written (database unavailable); retrying", slog.String("callback", messageType),
+		log.WarnContext(ctx, "stackup callback not written (database unavailable); retrying", slog.String("topic", topic),
 			slog.Duration("wait", backoff), slog.Any("error", err))
 		if !sleep(ctx, backoff) {
 			return err
@@ -401,19 +423,15 @@ func (w *Worker) leaseTTL() time.Duration {
 // is never marked without an answer); without one it is published first and
 // marked after. A twin that answered first makes it a failure.Duplicate and
 // sends nothing.
-func (w *Worker) answer(ctx context.Context, consumer, messageType string, d catalog.Delivery, p catalog.Payload) error {
+func (w *Worker) answer(ctx context.Context, consumer string, d catalog.Delivery, msg *message.Message, topic string) error {
 	id := d.Envelope.MessageID
-	msg, topic, err := w.encode(ctx, messageType, d, p)
-	if err != nil {
-		return err
-	}
 	if w.cfg.Outbox == nil {
 		if err := w.cfg.Publisher.Publish(topic, msg); err != nil {
 			return fmt.Errorf("publish %s: %w", topic, err)
 		}
 		return w.cfg.Inbox.Process(ctx, consumer, id, func(context.Context) error { return nil })
 	}
-	err = outbox.Unit(ctx, func(ctx context.Context) error {
+	err := outbox.Unit(ctx, func(ctx context.Context) error {
 		return w.cfg.Inbox.Process(ctx, consumer, id, func(ctx context.Context) error {
 			return w.cfg.Outbox.Write(ctx, topic, msg)
 		})
@@ -428,6 +446,22 @@ func (w *Worker) answer(ctx context.Context, consumer, messageType string, d cat
 }
 
 var errPanic = errors.New("processor panicked")
+
+// errAssembly marks a callback that could not be assembled from the
+// processor's result: the payload does not encode, or our strict encoder
+// refuses it (an unknown field, a value off the schema). It also wraps
+// ErrSchemaInvalid: GENERATION_SCHEMA_INVALID, not retriable.
+var errAssembly = errors.New("assemble the callback")
+
+// assemble encodes the success callback of messageType from the processor's
+// result; an error wraps errAssembly and ErrSchemaInvalid.
+func (w *Worker) assemble(ctx context.Context, messageType string, d catalog.Delivery, p catalog.Payload) (*message.Message, string, error) {
+	msg, topic, err := w.encode(ctx, messageType, d, p)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w %s: %w: %w", errAssembly, messageType, ErrSchemaInvalid, err)
+	}
+	return msg, topic, nil
+}
 
 // retryable reports a failure worth another in-process attempt (§6 row 1:
 // a transient outage). A domain error, output off the schema (the same

@@ -204,3 +204,79 @@ func PolicyFor(top topology.Topology, queue string, r Retry) (route.Policy, erro
 // ErrNotConfigured is wrapped by the error of a consumer that cannot start
 // because a dependency (a processor, a store) is missing.
 var ErrNotConfigured = errors.New("not configured")
+
+// Version is a further version of a callback or notification type that Core
+// or RealTime consume beside v1 (§7 step 2: "Consumer는 v1, v2 모두
+// 핸들링"). The AI worker's request versions carry their own work
+// (aiworker.VersionHandler); a callback's or notification's effect stays the
+// v1 one: AsV1 maps the new shape to the v1 payload, which is validated and
+// applied as if it had come as v1. When the v1 handler is removed (§7 step
+// 4), the version's own handler takes its place.
+type Version struct {
+	Schema Schema
+	// AsV1 returns the v1 payload of a payload of Schema. An error is a
+	// payload that cannot be applied: permanent, dead-lettered at once.
+	AsV1 func(Payload) (Payload, error)
+}
+
+// WithVersions returns c with the schema of every version added (With), for
+// the consumer of those types to decode them.
+func (c Catalog) WithVersions(versions map[string][]Version) (Catalog, error) {
+	var errs []error
+	for _, typ := range slices.Sorted(maps.Keys(versions)) {
+		for _, v := range versions[typ] {
+			if v.AsV1 == nil {
+				errs = append(errs, fmt.Errorf("catalog: %s %s: AsV1 is required", typ, v.Schema.Version))
+				continue
+			}
+			next, err := c.With(typ, v.Schema)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			c = next
+		}
+	}
+	return c, errors.Join(errs...)
+}
+
+// Handler returns the handler of v's version: the payload mapped to v1 and
+// validated, then v1.
+func (v Version) Handler(messageType string, v1 Handler) Handler {
+	return func(ctx context.Context, d Delivery) error {
+		p, err := v.AsV1(d.Payload)
+		if err == nil && p == nil {
+			err = errors.New("no v1 payload")
+		}
+		if err == nil {
+			err = p.Validate(d.Envelope)
+		}
+		if err != nil {
+			return failure.AsPermanent(&PayloadError{MessageType: messageType, Version: v.Schema.Version, Err: fmt.Errorf("as v1: %w", err)})
+		}
+		d.Payload = p
+		return v1(ctx, d)
+	}
+}
+
+// AddVersions registers, in handlers (messageType → version → handler), the
+// handler of every version of the types that have a v1 handler there;
+// versions of other types are left to the consumers that take them. A
+// version handled already is an error.
+func AddVersions(handlers map[string]map[string]Handler, versions map[string][]Version) error {
+	var errs []error
+	for typ, vs := range versions {
+		byVersion, ok := handlers[typ]
+		if !ok || byVersion[V1] == nil {
+			continue // another consumer's type
+		}
+		for _, v := range vs {
+			if _, dup := byVersion[v.Schema.Version]; dup {
+				errs = append(errs, fmt.Errorf("catalog: %s %s is handled twice", typ, v.Schema.Version))
+				continue
+			}
+			byVersion[v.Schema.Version] = v.Handler(typ, byVersion[V1])
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -269,7 +269,11 @@ func (c *QuestionsCallbackV1) Failed() bool { return c.Status == StatusFailed }
 func (c *QuestionsCallbackV1) Validate(envelope.Envelope) error {
 	var p problems
 	positive(&p, "sessionId", c.SessionID)
-	if !oneOf(c.Kind, KindPool, KindFollowup) {
+	// §5.9: a FAILED callback takes the failure branch before kind is
+	// looked at, whatever kind it names (QuestionsCallbackService.apply):
+	// a kind of another version must not dead-letter it and leave the
+	// session "generating".
+	if !c.Failed() && !oneOf(c.Kind, KindPool, KindFollowup) {
 		p.add("kind %q must be POOL or FOLLOWUP", c.Kind)
 	}
 	if !oneOf(c.Status, "", StatusOK, StatusFailed) {

@@ -192,6 +192,35 @@ func (m *Memory) CreateMessage(ctx context.Context, msg Message) error {
 	return nil
 }
 
+// AppendMessage implements Store.
+func (m *Memory) AppendMessage(ctx context.Context, msg Message) (Message, error) {
+	defer m.lock(ctx)()
+	msg.ID = 1
+	for id := range m.messages {
+		msg.ID = max(msg.ID, id+1)
+	}
+	if _, ok := m.sessions[msg.SessionID]; !ok {
+		return Message{}, fmt.Errorf("append message: session %d: %w", msg.SessionID, ErrNotFound)
+	}
+	if msg.Status == "" {
+		msg.Status = MsgNormal
+	}
+	m.messages[msg.ID] = msg
+	return msg, nil
+}
+
+// SessionMessages implements Store.
+func (m *Memory) SessionMessages(ctx context.Context, sessionID int64) ([]Message, error) {
+	defer m.lock(ctx)()
+	var out []Message
+	for _, id := range slices.Sorted(maps.Keys(m.messages)) {
+		if msg := m.messages[id]; msg.SessionID == sessionID {
+			out = append(out, msg)
+		}
+	}
+	return out, nil
+}
+
 // Message implements Store.
 func (m *Memory) Message(ctx context.Context, id int64) (Message, error) {
 	defer m.lock(ctx)()

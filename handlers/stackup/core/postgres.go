@@ -300,6 +300,51 @@ func (p *Postgres) CreateMessage(ctx context.Context, m Message) error {
 	return nil
 }
 
+// AppendMessage implements Store. Ids are assigned one at a time: a
+// transaction-scoped advisory lock (keyed by the table) orders the
+// appenders, so two never take the same id; it is held until the
+// transaction ctx carries ends.
+func (p *Postgres) AppendMessage(ctx context.Context, m Message) (Message, error) {
+	table := p.t("stackup_interview_messages")
+	if m.Status == "" {
+		m.Status = MsgNormal
+	}
+	err := dbtx.InTx(ctx, p.pool, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, table); err != nil {
+			return fmt.Errorf("append message: lock: %w", err)
+		}
+		if err := tx.QueryRow(ctx, `SELECT coalesce(max(id), 0) + 1 FROM `+table).Scan(&m.ID); err != nil {
+			return fmt.Errorf("append message: %w", err)
+		}
+		return p.CreateMessage(ctx, m)
+	})
+	if err != nil {
+		return Message{}, err
+	}
+	return m, nil
+}
+
+// SessionMessages implements Store.
+func (p *Postgres) SessionMessages(ctx context.Context, sessionID int64) ([]Message, error) {
+	rows, err := dbtx.Q(ctx, p.pool).Query(ctx, `SELECT id FROM `+p.t("stackup_interview_messages")+` WHERE session_id = $1 ORDER BY id`, sessionID)
+	if err != nil {
+		return nil, fmt.Errorf("session %d messages: %w", sessionID, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("session %d messages: %w", sessionID, err)
+	}
+	out := make([]Message, 0, len(ids))
+	for _, id := range ids {
+		m, err := p.Message(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
 // Message implements Store. The row is locked (FOR UPDATE) until the
 // transaction ctx carries ends: callbacks update a message by reading it whole
 // and writing it back (UpdateMessage), and two of them on one message at once

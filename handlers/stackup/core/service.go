@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/eventpipe/eventpipe/app/inbox"
@@ -36,7 +37,10 @@ type Config struct {
 	Outbox outbox.Writer
 	Inbox  inbox.Store
 	Retry  catalog.Retry
-	Logger *slog.Logger
+	// Versions adds further versions of callback types (§7: v2 beside
+	// v1), keyed by message type; each is applied as its v1 payload.
+	Versions map[string][]catalog.Version
+	Logger   *slog.Logger
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }
@@ -57,6 +61,11 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.Inbox == nil {
 		errs = append(errs, fmt.Errorf("stackup core: inbox %w", catalog.ErrNotConfigured))
+	}
+	if cat, err := cfg.Catalog.WithVersions(cfg.Versions); err != nil {
+		errs = append(errs, fmt.Errorf("stackup core: %w", err))
+	} else {
+		cfg.Catalog = cat
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -99,6 +108,9 @@ func (s *Service) Routes() (route.Set, error) {
 			Handlers: map[string]map[string]catalog.Handler{}}
 		for _, t := range s.cfg.Catalog.ByQueue(q) {
 			c.Handlers[t.Name] = map[string]catalog.Handler{catalog.V1: s.effect(RouteName(q), apply[t.Name])}
+		}
+		if err := catalog.AddVersions(c.Handlers, s.cfg.Versions); err != nil {
+			return nil, fmt.Errorf("stackup core: %w", err)
 		}
 		set = append(set, c.Route())
 	}
@@ -255,8 +267,69 @@ func (s *Service) applyQuestions(ctx context.Context, d catalog.Delivery) error 
 			}
 		}
 		s.cfg.Logger.InfoContext(ctx, "stackup follow-up applied", append(d.Attrs(), slog.String("answer_intent", cb.AnswerIntent))...)
-		return s.notifySessionAndUser(ctx, d, cb.SessionID, sess.UserID, catalog.EventSessionMessage, data)
+		if err := s.notifySessionAndUser(ctx, d, cb.SessionID, sess.UserID, catalog.EventSessionMessage, data); err != nil {
+			return err
+		}
+		if cb.AnswerIntent == catalog.IntentDontKnow {
+			return s.advanceToNextGeneral(ctx, d, sess)
+		}
+		return nil
 	}
+}
+
+// advanceToNextGeneral moves the interview on after a follow-up that will not
+// be asked (a DONT_KNOW answer, or a FAILED generation, §5.9): the session's
+// next general question — the first of its pool that no INTERVIEWER message
+// of the session asks yet — is persisted as an INTERVIEWER message, announced
+// on the session and user channels (SESSION_MESSAGE) and, as every persisted
+// question is, sent to speech synthesis (generate.tts, §5.14's
+// QuestionPersistedEvent), all in the callback's transaction. A session
+// without a pool, or whose pool is used up, is left as it is (logged).
+func (s *Service) advanceToNextGeneral(ctx context.Context, d catalog.Delivery, sess Session) error {
+	msgs, err := s.cfg.Store.SessionMessages(ctx, sess.ID)
+	if err != nil {
+		return err
+	}
+	asked := map[string]bool{}
+	for _, m := range msgs {
+		if m.Role == RoleInterviewer {
+			asked[strings.TrimSpace(m.Content)] = true
+		}
+	}
+	var next *catalog.Question
+	for i, q := range sess.QuestionPool {
+		if text := strings.TrimSpace(q.Question); text != "" && !asked[text] {
+			next = &sess.QuestionPool[i]
+			break
+		}
+	}
+	if next == nil {
+		s.cfg.Logger.InfoContext(ctx, "stackup no general question left to advance to", append(d.Attrs(),
+			slog.Int64("session_id", sess.ID), slog.Int("pool", len(sess.QuestionPool)))...)
+		return nil
+	}
+	m, err := s.cfg.Store.AppendMessage(ctx, Message{SessionID: sess.ID, Role: RoleInterviewer, Content: next.Question, Status: MsgNormal})
+	if err != nil {
+		return err
+	}
+	userID := sess.UserID
+	if userID == 0 && d.Envelope.Context.UserID != nil {
+		userID = *d.Envelope.Context.UserID
+	}
+	tts, topic, err := s.cfg.Catalog.Encode(ctx, catalog.Outgoing{
+		Type: catalog.GenerateTTS, Publisher: envelope.PublisherCore, Now: s.cfg.Now(), TraceID: d.Envelope.TraceID,
+		Payload: &catalog.GenerateTTSV1{SessionID: sess.ID, MessageID: m.ID, Text: m.Content, JobCategory: next.JobCategory},
+		Context: userCtx(userID, &sess.ID),
+	})
+	if err != nil {
+		return fmt.Errorf("advance to the next general question: %w", err)
+	}
+	if err := s.cfg.Outbox.Write(ctx, topic, tts); err != nil {
+		return err
+	}
+	s.cfg.Logger.InfoContext(ctx, "stackup advanced to the next general question", append(d.Attrs(),
+		slog.Int64("session_id", sess.ID), slog.Int64("question_message_id", m.ID))...)
+	return s.notifySessionAndUser(ctx, d, sess.ID, sess.UserID, catalog.EventSessionMessage, map[string]any{"messageId": m.ID})
 }
 
 func (s *Service) questionsFailed(ctx context.Context, d catalog.Delivery, cb *catalog.QuestionsCallbackV1, sess Session) error {
@@ -271,7 +344,12 @@ func (s *Service) questionsFailed(ctx context.Context, d catalog.Delivery, cb *c
 			if err := s.cfg.Store.UpdateMessage(ctx, m); err != nil {
 				return err
 			}
-			return s.notifySessionAndUser(ctx, d, cb.SessionID, sess.UserID, catalog.EventSessionMessage, map[string]any{"messageId": m.ID})
+			if err := s.notifySessionAndUser(ctx, d, cb.SessionID, sess.UserID, catalog.EventSessionMessage, map[string]any{"messageId": m.ID}); err != nil {
+				return err
+			}
+			// §5.9: "DONT_KNOW 와 동일하게 advanceToNextGeneral 로 다음
+			// 일반질문으로 진행해 면접이 멈추지 않는다".
+			return s.advanceToNextGeneral(ctx, d, sess)
 		case !errors.Is(err, ErrNotFound):
 			return err
 		}

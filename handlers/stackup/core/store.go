@@ -125,6 +125,12 @@ type Store interface {
 	Feedback(ctx context.Context, sessionID int64) (Feedback, error)
 
 	CreateMessage(ctx context.Context, m Message) error
+	// AppendMessage creates m with an id the store assigns (one above the
+	// highest message id; m.ID is ignored) and returns it: a message Core
+	// writes on its own, such as the next general question.
+	AppendMessage(ctx context.Context, m Message) (Message, error)
+	// SessionMessages returns the session's messages in id order.
+	SessionMessages(ctx context.Context, sessionID int64) ([]Message, error)
 	// Message returns the message; inside Atomically it is held until the
 	// transaction ends, so a read-modify-write (UpdateMessage) never loses
 	// a concurrent one.

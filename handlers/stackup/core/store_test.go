@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -172,6 +174,43 @@ var suite = []struct {
 		require.NoError(t, err)
 		assert.False(t, deleted)
 		require.ErrorIs(t, s.UpdateMessage(ctx, m), core.ErrNotFound)
+	}},
+	{"appended messages get the next ids, one at a time", func(t *testing.T, s core.Store) {
+		ctx := context.Background()
+		require.NoError(t, s.CreateSession(ctx, core.Session{ID: 5}))
+		require.NoError(t, s.CreateSession(ctx, core.Session{ID: 6}))
+		require.NoError(t, s.CreateMessage(ctx, core.Message{ID: 40, SessionID: 5, Role: core.RoleInterviewee, Content: "A"}))
+		m, err := s.AppendMessage(ctx, core.Message{ID: 3, SessionID: 5, Role: core.RoleInterviewer, Content: "Q2"})
+		require.NoError(t, err)
+		assert.Equal(t, int64(41), m.ID, "one above the highest; the given id is ignored")
+		assert.Equal(t, core.MsgNormal, m.Status)
+		_, err = s.AppendMessage(ctx, core.Message{SessionID: 99, Role: core.RoleInterviewer})
+		require.ErrorIs(t, err, core.ErrNotFound)
+
+		var wg sync.WaitGroup
+		ids := make([]int64, 8)
+		for i := range ids {
+			wg.Go(func() {
+				err := s.Atomically(ctx, func(ctx context.Context) error {
+					m, err := s.AppendMessage(ctx, core.Message{SessionID: 6, Role: core.RoleInterviewer, Content: "Q"})
+					ids[i] = m.ID
+					return err
+				})
+				assert.NoError(t, err)
+			})
+		}
+		wg.Wait()
+		slices.Sort(ids)
+		assert.Equal(t, []int64{42, 43, 44, 45, 46, 47, 48, 49}, ids, "concurrent appenders never share an id")
+
+		msgs, err := s.SessionMessages(ctx, 5)
+		require.NoError(t, err)
+		require.Len(t, msgs, 2)
+		assert.Equal(t, []int64{40, 41}, []int64{msgs[0].ID, msgs[1].ID}, "in id order")
+		assert.Equal(t, "Q2", msgs[1].Content)
+		none, err := s.SessionMessages(ctx, 7)
+		require.NoError(t, err)
+		assert.Empty(t, none)
 	}},
 	{"atomically rolls back", func(t *testing.T, s core.Store) {
 		ctx := context.Background()

@@ -162,9 +162,9 @@ func (e Envelope) Validate() error {
 }
 
 // RoutingKey returns the routing key msg was published with
-// (metadata.RoutingKeyKey: set by the routing publisher on every broker), or
-// "" when it carries none — a message published straight to a queue, like
-// §9's smoke test through rabbitmqadmin.
+// (metadata.RoutingKeyKey: on RabbitMQ the delivery's own, whoever published
+// it; on the other brokers the routing publisher's), or "" when it carries
+// none — a message published straight to a queue.
 func RoutingKey(msg *message.Message) string {
 	return msg.Metadata.Get(metadata.RoutingKeyKey)
 }

@@ -9,6 +9,7 @@ package realtime
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -49,11 +50,15 @@ func (s LogSink) Deliver(ctx context.Context, e Event) error {
 	return nil
 }
 
-// Route returns the realtime route.
-func Route(cat catalog.Catalog, top topology.Topology, retry catalog.Retry, sink Sink, logger *slog.Logger) (route.Route, error) {
+// Route returns the realtime route. versions adds further versions of the
+// notification types (§7: v2 beside v1), each delivered as its v1 payload.
+func Route(cat catalog.Catalog, top topology.Topology, retry catalog.Retry, versions map[string][]catalog.Version, sink Sink, logger *slog.Logger) (route.Route, error) {
 	policy, err := catalog.PolicyFor(top, Queue, retry)
 	if err != nil {
 		return route.Route{}, err
+	}
+	if cat, err = cat.WithVersions(versions); err != nil {
+		return route.Route{}, fmt.Errorf("stackup realtime: %w", err)
 	}
 	deliver := func(ctx context.Context, d catalog.Delivery) error {
 		n := d.Payload.(*catalog.NotifyV1)
@@ -73,6 +78,9 @@ func Route(cat catalog.Catalog, top topology.Topology, retry catalog.Retry, sink
 	c := catalog.Consumer{Name: RouteName, Queue: Queue, Catalog: cat, Policy: policy, Timeout: 10 * time.Second, Logger: logger, Handlers: map[string]map[string]catalog.Handler{}}
 	for _, t := range cat.ByQueue(Queue) {
 		c.Handlers[t.Name] = map[string]catalog.Handler{catalog.V1: deliver}
+	}
+	if err := catalog.AddVersions(c.Handlers, versions); err != nil {
+		return route.Route{}, fmt.Errorf("stackup realtime: %w", err)
 	}
 	return c.Route(), nil
 }
