@@ -166,7 +166,7 @@ func newCluster(t *testing.T, kind string, opts clusterOptions) *cluster {
 
 		r, err := stackuprt.Route(catalog.Default(), specTop, catalog.Retry{
 			MaxAttempts: 2, Backoff: route.Backoff{Initial: 50 * time.Millisecond, Multiplier: 2, Max: 200 * time.Millisecond},
-		}, srv.Sink(), testLogger)
+		}, nil, srv.Sink(), testLogger)
 		require.NoError(t, err)
 		r.Queue, r.Policy.DeadLetterQueue = c.queue, c.dlq
 		if i < opts.consumers {
