@@ -188,7 +188,7 @@ func sqsEnv(tb testing.TB) *env {
 		return aws.ToString(out.QueueUrl)
 	}
 	return &env{
-		kind: "sqs", ours: eventpipePipe{ps}, base: watermillPipe{pub: pub, sub: sub}, baseName: "watermill-aws defaults", keeps: true,
+		kind: "sqs", ours: eventpipePipe{ps}, base: watermillPipe{pub: pub, sub: sub}, baseName: "watermill-aws defaults", keeps: true, freshTopics: true,
 		oursCalls: oursCalls.Load, baseCalls: baseCalls.Load,
 		ensure: func(tb testing.TB, topic string) {
 			initialize(tb, ps, topic)

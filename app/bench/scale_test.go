@@ -40,7 +40,7 @@ func (m mode) settle() time.Duration {
 	case fullMode.name:
 		return 2 * time.Second
 	case quickMode.name:
-		return 500 * time.Millisecond
+		return 300 * time.Millisecond
 	}
 	return 50 * time.Millisecond
 }
@@ -105,10 +105,14 @@ func measureFootprint() footprint {
 func (e *env) scalePair(tb testing.TB, m mode, n, queues, size int, settings string) pair {
 	per := max(n/queues, 1)
 	n = per * queues
-	topics := make([]string, queues)
-	for i := range topics {
-		topics[i] = e.topic(tb)
+	newTopics := func(tb testing.TB) []string {
+		topics := make([]string, queues)
+		for i := range topics {
+			topics[i] = e.topic(tb)
+		}
+		return topics
 	}
+	topics := newTopics(tb)
 	scenario := fmt.Sprintf("%s end to end, %d queues", e.kind, queues)
 	p := pair{id: "SC", scenario: scenario, kind: throughput,
 		idleScenario: fmt.Sprintf("%s idle cost, %d queues subscribed", e.kind, queues),
@@ -117,6 +121,10 @@ func (e *env) scalePair(tb testing.TB, m mode, n, queues, size int, settings str
 	for i := range 2 {
 		pp, name := e.sidePipe(i), e.sideName(i)
 		p.sides = append(p.sides, side{name: name, run: func(tb testing.TB) Sample {
+			topics := topics
+			if e.freshTopics {
+				topics = newTopics(tb)
+			}
 			for _, t := range topics {
 				e.purge(tb, t)
 			}

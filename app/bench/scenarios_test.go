@@ -293,6 +293,12 @@ type env struct {
 	oursCalls, baseCalls func() int64
 	// keeps says the broker holds messages for absent consumers.
 	keeps bool
+	// freshTopics: a repetition over many queues needs queues of its own.
+	// On the SQS emulator a long poll that a stopped consumer abandoned
+	// still takes the next message sent to its queue, which then stays
+	// invisible for the queue's visibility timeout (30 s): with 15 or 100
+	// queues, some repetition always stalled for it.
+	freshTopics bool
 }
 
 func (e *env) topic(tb testing.TB) string {
