@@ -55,11 +55,11 @@ func run(in, out string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", in, err)
 	}
-	series, err := scaleSeries(rows)
+	ss, err := scaleSeries(rows)
 	if err != nil {
 		return fmt.Errorf("%s: %w", in, err)
 	}
-	p, err := newPlot(series, subtitle(string(data)))
+	p, err := newPlot(ss, subtitle(string(data)))
 	if err != nil {
 		return err
 	}
