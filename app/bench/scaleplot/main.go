@@ -5,6 +5,8 @@
 //
 //	EVENTPIPE_BENCH_OUT=/tmp/bench-full.txt make bench
 //	go run ./app/bench/scaleplot -in /tmp/bench-full.txt -out docs/bench-scale.png
+//
+// -note adds a remark to the title (say, that the machine was loaded).
 package main
 
 import (
@@ -31,14 +33,15 @@ import (
 func main() {
 	in := flag.String("in", "", "the table `make bench` wrote (EVENTPIPE_BENCH_OUT)")
 	out := flag.String("out", "docs/bench-scale.png", "the PNG to write")
+	note := flag.String("note", "", "a remark added to the title, e.g. the machine's load")
 	flag.Parse()
-	if err := run(*in, *out); err != nil {
+	if err := run(*in, *out, *note); err != nil {
 		fmt.Fprintln(os.Stderr, "scaleplot:", err)
 		os.Exit(1)
 	}
 }
 
-func run(in, out string) error {
+func run(in, out, note string) error {
 	if in == "" {
 		return errors.New("-in: the table file is required")
 	}
@@ -59,7 +62,11 @@ func run(in, out string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", in, err)
 	}
-	p, err := newPlot(ss, subtitle(string(data)))
+	sub := subtitle(string(data))
+	if note != "" {
+		sub += "; " + note
+	}
+	p, err := newPlot(ss, sub)
 	if err != nil {
 		return err
 	}

@@ -39,7 +39,7 @@ func TestPlotFromTable(t *testing.T) {
 	dir := t.TempDir()
 	in, out := filepath.Join(dir, "table.txt"), filepath.Join(dir, "scale.png")
 	require.NoError(t, os.WriteFile(in, []byte(table.String()), 0o644))
-	require.NoError(t, run(in, out))
+	require.NoError(t, run(in, out, "a note"))
 	f, err := os.Open(out)
 	require.NoError(t, err)
 	defer func() { _ = f.Close() }()
