@@ -81,6 +81,14 @@ func scalePairs(tb testing.TB, m mode, rabbit, pg, sq *env) []pair {
 	return append(out, sqsIdlePolls(m), startupPair(m))
 }
 
+// queuesName is "1 queue", "15 queues".
+func queuesName(n int) string {
+	if n == 1 {
+		return "1 queue"
+	}
+	return fmt.Sprintf("%d queues", n)
+}
+
 // footprint is the process's goroutines and live heap.
 type footprint struct {
 	goroutines int
@@ -120,9 +128,9 @@ func (e *env) scalePair(tb testing.TB, m mode, n, queues, size int, settings str
 	if !e.freshTopics {
 		topics = newTopics(tb)
 	}
-	scenario := fmt.Sprintf("%s end to end, %d queues", e.kind, queues)
+	scenario := fmt.Sprintf("%s end to end, %s", e.kind, queuesName(queues))
 	p := pair{id: "SC", scenario: scenario, kind: throughput,
-		idleScenario: fmt.Sprintf("%s idle cost, %d queues subscribed", e.kind, queues),
+		idleScenario: fmt.Sprintf("%s idle cost, %s subscribed", e.kind, queuesName(queues)),
 		settings: fmt.Sprintf("body=%s queues=%d n=%d (%d per queue) publishers=4 batch=10 %s, eventpipe one router of %d routes, idle cost read after %s",
 			sizeName(size), queues, n, per, settings, queues, m.settle())}
 	for i := range 2 {
@@ -271,7 +279,7 @@ func sqsIdlePolls(m mode) pair {
 			perMin := func(calls int64) float64 { return float64(calls) / window.Minutes() }
 			ours, base := perMin(s.ours.Load()-s.oursAt), perMin(s.base.Load()-s.baseAt)
 			q := float64(s.queues)
-			rows = append(rows, Row{ID: "SC", Scenario: fmt.Sprintf("sqs idle receives, %d queues subscribed", s.queues), Settings: settings,
+			rows = append(rows, Row{ID: "SC", Scenario: fmt.Sprintf("sqs idle receives, %s subscribed", queuesName(s.queues)), Settings: settings,
 				Ours:     fmt.Sprintf("%.1f receives/min/queue (%.0f/min)", ours/q, ours),
 				Baseline: fmt.Sprintf("%.1f receives/min/queue (%.0f/min) (watermill-aws defaults)", base/q, base),
 				Ratio:    ratio(ours, base),

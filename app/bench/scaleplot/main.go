@@ -62,11 +62,7 @@ func run(in, out, note string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", in, err)
 	}
-	sub := subtitle(string(data))
-	if note != "" {
-		sub += "; " + note
-	}
-	p, err := newPlot(ss, sub)
+	p, err := newPlot(ss, subtitle(string(data)), note)
 	if err != nil {
 		return err
 	}
@@ -81,7 +77,7 @@ type series struct {
 }
 
 var (
-	scaleScenario = regexp.MustCompile(`^(\w+) end to end, (\d+) queues$`)
+	scaleScenario = regexp.MustCompile(`^(\w+) end to end, (\d+) queues?$`)
 	clientName    = regexp.MustCompile(`\(([^()]+)\)$`)
 )
 
@@ -185,12 +181,16 @@ var palette = []color.Color{
 }
 
 // newPlot builds the plot: eventpipe solid, the baseline dashed, both with
-// their points, one colour per broker.
-func newPlot(ss []series, sub string) (*plot.Plot, error) {
+// their points, one colour per broker; sub and note, when set, are title
+// lines of their own.
+func newPlot(ss []series, sub, note string) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = "End-to-end throughput against queues consumed by one instance"
 	if sub != "" {
 		p.Title.Text += "\n(make bench, SC rows; " + sub + ")"
+	}
+	if note != "" {
+		p.Title.Text += "\n" + note
 	}
 	p.X.Label.Text = "queues subscribed (messages spread evenly)"
 	p.Y.Label.Text = "msg/s (median)"

@@ -21,10 +21,10 @@ func TestPlotFromTable(t *testing.T) {
 	table.WriteString("\neventpipe benchmarks, quick mode: 3 alternating repetitions per side, medians; go1.26.8, GOMAXPROCS=2, 2026-12-01T16:18:01Z; took 3m55s\n\n")
 	require.NoError(t, bench.Render(&table, []bench.Row{
 		{ID: "R1", Scenario: "rabbitmq publish", Ours: "5,202 msg/s", Baseline: "5,498 msg/s (amqp091-go)"},
-		{ID: "SC", Scenario: "rabbitmq end to end, 1 queues", Ours: "7,341 msg/s", Baseline: "7,862 msg/s (amqp091-go)"},
-		{ID: "SC", Scenario: "rabbitmq idle cost, 1 queues subscribed", Ours: "+7 goroutines (7.0/queue), +8.74 KiB heap (8.74 KiB/queue)", Baseline: "+2 goroutines"},
+		{ID: "SC", Scenario: "rabbitmq end to end, 1 queue", Ours: "7,341 msg/s", Baseline: "7,862 msg/s (amqp091-go)"},
+		{ID: "SC", Scenario: "rabbitmq idle cost, 1 queue subscribed", Ours: "+7 goroutines (7.0/queue), +8.74 KiB heap (8.74 KiB/queue)", Baseline: "+2 goroutines"},
 		{ID: "SC", Scenario: "rabbitmq end to end, 100 queues", Ours: "3,634 msg/s", Baseline: "7,702 msg/s (amqp091-go)"},
-		{ID: "SC", Scenario: "sqs end to end, 1 queues", Ours: "2,110 msg/s", Baseline: "360 msg/s (watermill-aws defaults)"},
+		{ID: "SC", Scenario: "sqs end to end, 1 queue", Ours: "2,110 msg/s", Baseline: "360 msg/s (watermill-aws defaults)"},
 	}))
 	rows, err := bench.ParseTable(strings.NewReader(table.String()))
 	require.NoError(t, err)
