@@ -70,14 +70,6 @@ func Percentile(ds []time.Duration, p float64) time.Duration {
 	return s[min(max(rank, 0), len(s)-1)]
 }
 
-// PerQueue divides x by Queues; 0 without queues.
-func (s Sample) PerQueue(x float64) float64 {
-	if s.Queues == 0 {
-		return 0
-	}
-	return x / float64(s.Queues)
-}
-
 // Row is one line of the table.
 type Row struct {
 	ID       string
