@@ -20,16 +20,18 @@ import (
 func pairs(tb testing.TB, m mode, wanted func(id string) bool) []pair {
 	tb.Helper()
 	rabbit, sq := once(func() *env { return rabbitEnv(tb) }), once(func() *env { return sqsEnv(tb) })
+	pg := once(func() *env { return postgresEnv(tb) })
 	var out []pair
 	for _, g := range []struct {
 		ids   []string
 		build func() []pair
 	}{
 		{[]string{"R1", "R2", "R3"}, func() []pair { return rabbitPairs(tb, m, rabbit()) }},
-		{[]string{"PG"}, func() []pair { return postgresPairs(tb, m, postgresEnv(tb)) }},
+		{[]string{"PG"}, func() []pair { return postgresPairs(tb, m, pg()) }},
 		{[]string{"MEM"}, func() []pair { return memoryPairs(tb, m, memoryEnv(tb)) }},
 		{[]string{"SQS", "R7"}, func() []pair { return sqsPairs(tb, m, sq()) }},
 		{[]string{"R5", "R6"}, func() []pair { return outboxPairs(tb, m, rabbit(), sq()) }},
+		{[]string{"SC"}, func() []pair { return scalePairs(tb, m, rabbit(), pg(), sq()) }},
 	} {
 		if slices.ContainsFunc(g.ids, wanted) {
 			out = append(out, g.build()...)
@@ -51,7 +53,7 @@ func once(build func() *env) func() *env {
 }
 
 // wantedIDs reads EVENTPIPE_BENCH_IDS, a comma-separated list of row ids
-// (R1, R2, R3, PG, MEM, SQS, R7, R5, R6); unset or empty wants every id.
+// (R1, R2, R3, PG, MEM, SQS, R7, R5, R6, SC); unset or empty wants every id.
 func wantedIDs() func(id string) bool {
 	list := os.Getenv("EVENTPIPE_BENCH_IDS")
 	if strings.TrimSpace(list) == "" {
@@ -165,7 +167,12 @@ func TestBenchTable(t *testing.T) {
 			continue
 		}
 		t0 := time.Now()
-		rs := p.rows(runPair(t, p, m.reps))
+		var rs []Row
+		if p.measure != nil {
+			rs = p.measure(t)
+		} else {
+			rs = p.rows(runPair(t, p, m.reps))
+		}
 		rows = append(rows, rs...)
 		t.Logf("%s %s (%s): %s vs %s, %s in %s", p.id, p.scenario, p.settings, rs[0].Ours, rs[0].Baseline, rs[0].Ratio, time.Since(t0).Round(100*time.Millisecond))
 	}
@@ -194,6 +201,8 @@ func TestBenchTable(t *testing.T) {
 //	EVENTPIPE_BENCH_IDS=MEM go test -run '^$' -bench 'Pairs/MEM_memory_end_to_end$/' ./app/bench
 func BenchmarkPairs(b *testing.B) {
 	for i, p := range pairs(b, quickMode, wantedIDs()) {
+		// A pair measured on both sides at once (the idle SQS polls) has no
+		// side to run alone.
 		for _, s := range p.sides {
 			name := fmt.Sprintf("%02d_%s_%s/%s", i, p.id, p.scenario, s.name)
 			b.Run(strings.ReplaceAll(name, " ", "_"), func(b *testing.B) {
@@ -209,6 +218,13 @@ func BenchmarkPairs(b *testing.B) {
 				}
 				if p.callsID != "" {
 					b.ReportMetric(sum.calls, "calls/msg")
+				}
+				if p.kind == startup {
+					b.ReportMetric(sum.elapsed*1000, "ms-to-ready")
+				}
+				if p.idleScenario != "" {
+					b.ReportMetric(sum.goroutines, "idle-goroutines")
+					b.ReportMetric(sum.heap, "idle-heap-B")
 				}
 			})
 		}

@@ -105,27 +105,32 @@ func memoryEnv(tb testing.TB) *env {
 	}
 }
 
-// callCounter counts SQS API requests by operation (the X-Amz-Target of the
-// JSON protocol), as an HTTP client wrapper.
+// callCounter counts SQS API requests (the X-Amz-Target of the JSON
+// protocol), as an HTTP client wrapper: every operation, or only op.
 type callCounter struct {
 	inner aws.HTTPClient
 	total *atomic.Int64
+	op    string
 }
 
 func (c callCounter) Do(r *http.Request) (*http.Response, error) {
-	if strings.HasPrefix(r.Header.Get("X-Amz-Target"), "AmazonSQS.") {
+	if target := r.Header.Get("X-Amz-Target"); target == "AmazonSQS."+c.op || c.op == "" && strings.HasPrefix(target, "AmazonSQS.") {
 		c.total.Add(1)
 	}
 	return c.inner.Do(r)
 }
 
-func countCalls(total *atomic.Int64) func(*awssqs.Options) {
+func countCalls(total *atomic.Int64) func(*awssqs.Options) { return countOp(total, "") }
+
+// countOp counts the calls of one operation, e.g. "ReceiveMessage"; "" for
+// all.
+func countOp(total *atomic.Int64, op string) func(*awssqs.Options) {
 	return func(o *awssqs.Options) {
 		inner := o.HTTPClient
 		if inner == nil {
 			inner = http.DefaultClient
 		}
-		o.HTTPClient = callCounter{inner: inner, total: total}
+		o.HTTPClient = callCounter{inner: inner, total: total, op: op}
 	}
 }
 
@@ -183,7 +188,7 @@ func sqsEnv(tb testing.TB) *env {
 		return aws.ToString(out.QueueUrl)
 	}
 	return &env{
-		kind: "sqs", ours: eventpipePipe{ps}, base: watermillPipe{pub: pub, sub: sub}, baseName: "watermill-aws defaults", keeps: true,
+		kind: "sqs", ours: eventpipePipe{ps}, base: watermillPipe{pub: pub, sub: sub}, baseName: "watermill-aws defaults", keeps: true, freshTopics: true,
 		oursCalls: oursCalls.Load, baseCalls: baseCalls.Load,
 		ensure: func(tb testing.TB, topic string) {
 			initialize(tb, ps, topic)

@@ -84,17 +84,47 @@ func (e eventpipePipe) publish(ctx context.Context, topic string, bodies [][]byt
 
 func (e eventpipePipe) consume(tb testing.TB, topic string, handle func([]byte)) func() {
 	tb.Helper()
-	r := route.Route{
-		Name:  "bench-" + topic,
-		Queue: topic,
-		Handle: func(msg *message.Message) error {
-			handle(msg.Payload)
-			return nil
-		},
+	return e.consumeAll(tb, []string{topic}, handle)
+}
+
+// consumeAll runs one router with a route per topic, as serve runs every
+// enabled spec's routes in one router.
+func (e eventpipePipe) consumeAll(tb testing.TB, topics []string, handle func([]byte)) func() {
+	tb.Helper()
+	routes := make([]route.Route, len(topics))
+	for i, topic := range topics {
+		routes[i] = route.Route{
+			Name:  "bench-" + topic,
+			Queue: topic,
+			Handle: func(msg *message.Message) error {
+				handle(msg.Payload)
+				return nil
+			},
+		}
 	}
 	// The log line per message is built and discarded (nil logger): the
 	// chain's cost without the cost of a terminal.
-	return testbrokers.StartRoutes(tb, keepOpen{e.ps}, nil, nil, r)
+	return testbrokers.StartRoutes(tb, keepOpen{e.ps}, nil, nil, routes...)
+}
+
+// consumeAll consumes every topic through p: one router for eventpipe, one
+// consumer per topic for a baseline. stop ends them all.
+func consumeAll(tb testing.TB, p pipe, topics []string, handle func([]byte)) (stop func()) {
+	tb.Helper()
+	if e, ok := p.(eventpipePipe); ok {
+		return e.consumeAll(tb, topics, handle)
+	}
+	stops := make([]func(), len(topics))
+	for i, topic := range topics {
+		stops[i] = p.consume(tb, topic, handle)
+	}
+	return func() {
+		var wg sync.WaitGroup
+		for _, s := range stops {
+			wg.Go(s)
+		}
+		wg.Wait()
+	}
 }
 
 // keepOpen hides the broker's Close from the router, which closes its

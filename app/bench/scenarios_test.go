@@ -45,6 +45,8 @@ type pairKind int
 const (
 	throughput pairKind = iota
 	latency
+	// startup: Elapsed is the time until the process answered.
+	startup
 )
 
 // check is a target of the issue against one baseline.
@@ -63,25 +65,45 @@ type pair struct {
 	// callsID, when set, adds a row of SQS API calls per message with this id.
 	callsID    string
 	callsCheck *check
+	// idleScenario, when set, adds a row of that scenario: what the
+	// subscriptions cost when idle (Sample.Queues, Goroutines, HeapBytes).
+	idleScenario string
+	// measure, when set, replaces the alternating repetitions of sides: a
+	// figure observed on both sides at once (sides is then empty).
+	measure func(tb testing.TB) []Row
 }
 
 // summary is the medians of one side's repetitions.
 type summary struct {
 	rate, p50, p99, calls float64
-	reps                  int
+	// elapsed is the median Elapsed, in seconds.
+	elapsed float64
+	// queues, goroutines and heap: the idle cost of the subscriptions.
+	queues           int
+	goroutines, heap float64
+	reps             int
 }
 
 func summarize(samples []Sample) summary {
-	var rates, p50s, p99s, calls []float64
+	var rates, p50s, p99s, calls, elapsed, gs, heaps []float64
+	sum := summary{reps: len(samples)}
 	for _, s := range samples {
 		rates = append(rates, s.Rate())
 		calls = append(calls, s.CallsPerMessage())
+		elapsed = append(elapsed, s.Elapsed.Seconds())
 		if len(s.Latencies) > 0 {
 			p50s = append(p50s, float64(Percentile(s.Latencies, 50)))
 			p99s = append(p99s, float64(Percentile(s.Latencies, 99)))
 		}
+		if s.Queues > 0 {
+			sum.queues = s.Queues
+			gs = append(gs, float64(s.Goroutines))
+			heaps = append(heaps, float64(s.HeapBytes))
+		}
 	}
-	return summary{rate: Median(rates), p50: Median(p50s), p99: Median(p99s), calls: Median(calls), reps: len(samples)}
+	sum.rate, sum.p50, sum.p99, sum.calls, sum.elapsed = Median(rates), Median(p50s), Median(p99s), Median(calls), Median(elapsed)
+	sum.goroutines, sum.heap = Median(gs), Median(heaps)
+	return sum
 }
 
 // runPair runs reps repetitions of every side, alternating: the sides in
@@ -127,6 +149,11 @@ func (p pair) rows(sums []summary) []Row {
 			r.Ours = "p50 " + d(ours.p50) + ", p99 " + d(ours.p99)
 			r.Baseline = "p50 " + d(base.p50) + ", p99 " + d(base.p99) + " (" + p.sides[i].name + ")"
 			r.Ratio = "p50 " + ratio(ours.p50, base.p50) + ", p99 " + ratio(ours.p99, base.p99)
+		case startup:
+			d := func(x float64) string { return FormatLatency(time.Duration(x * float64(time.Second))) }
+			r.Ours = d(ours.elapsed)
+			r.Baseline = d(base.elapsed) + " (" + p.sides[i].name + ")"
+			r.Ratio = ratio(ours.elapsed, base.elapsed)
 		}
 		var c *check
 		if i-1 < len(p.checks) {
@@ -143,8 +170,28 @@ func (p pair) rows(sums []summary) []Row {
 			cr.Target, cr.Verdict = verdict(p.callsCheck, ours, base)
 			rows = append(rows, cr)
 		}
+		if p.idleScenario != "" {
+			rows = append(rows, Row{ID: p.id, Scenario: p.idleScenario, Settings: p.settings,
+				Ours:     idleCost(ours),
+				Baseline: idleCost(base) + " (" + p.sides[i].name + ")",
+				Ratio:    "goroutines " + ratio(ours.goroutines, base.goroutines) + ", heap " + ratio(ours.heap, base.heap),
+			})
+		}
 	}
 	return rows
+}
+
+// idleCost prints the goroutines and heap a side's subscriptions kept once
+// idle, in all and per queue.
+func idleCost(s summary) string {
+	q := float64(max(s.queues, 1))
+	plus := func(x float64) string {
+		if x >= 0 {
+			return "+"
+		}
+		return ""
+	}
+	return fmt.Sprintf("%+.0f goroutines (%.1f/queue), %s%s heap (%s/queue)", s.goroutines, s.goroutines/q, plus(s.heap), FormatBytes(s.heap), FormatBytes(s.heap/q))
 }
 
 func verdict(c *check, ours, base summary) (target, v string) {
@@ -246,6 +293,12 @@ type env struct {
 	oursCalls, baseCalls func() int64
 	// keeps says the broker holds messages for absent consumers.
 	keeps bool
+	// freshTopics: a repetition over many queues needs queues of its own.
+	// On the SQS emulator a long poll that a stopped consumer abandoned
+	// still takes the next message sent to its queue, which then stays
+	// invisible for the queue's visibility timeout (30 s): with 15 or 100
+	// queues, some repetition always stalled for it.
+	freshTopics bool
 }
 
 func (e *env) topic(tb testing.TB) string {

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -17,6 +18,13 @@ type Sample struct {
 	Latencies []time.Duration
 	// Calls counts API requests (SQS) made during the repetition.
 	Calls int64
+	// Queues, Goroutines and HeapBytes are, when Queues > 0, what keeping
+	// Queues subscriptions open cost once their backlog was drained: the
+	// goroutines and the live heap (after a GC) above what the process had
+	// before it subscribed.
+	Queues     int
+	Goroutines int
+	HeapBytes  int64
 }
 
 // Rate is messages per second.
@@ -107,6 +115,74 @@ func Render(w io.Writer, rows []Row) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// ParseTable reads back a table Render wrote (the file EVENTPIPE_BENCH_OUT
+// names): every line that starts with "|" after the header and its rule is
+// a row; anything else (the title line) is skipped.
+func ParseTable(r io.Reader) ([]Row, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	var rows []Row
+	header := false
+	for line := range strings.Lines(string(data)) {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "|") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		if len(cells) != 8 {
+			return nil, fmt.Errorf("table line has %d cells, want 8: %q", len(cells), line)
+		}
+		switch {
+		case !header:
+			if cells[0] != "id" {
+				return nil, fmt.Errorf("table header: got %q", line)
+			}
+			header = true
+		case strings.Trim(cells[0], "-") == "":
+		default:
+			rows = append(rows, Row{ID: cells[0], Scenario: cells[1], Settings: cells[2], Ours: cells[3], Baseline: cells[4], Ratio: cells[5], Target: cells[6], Verdict: cells[7]})
+		}
+	}
+	if !header {
+		return nil, errors.New("no table found")
+	}
+	return rows, nil
+}
+
+// FormatBytes prints a byte count in B, KiB or MiB with three significant
+// digits.
+func FormatBytes(n float64) string {
+	sign := ""
+	if n < 0 {
+		sign, n = "-", -n
+	}
+	switch {
+	case n >= 1<<20:
+		return sign + trim3(n/(1<<20)) + " MiB"
+	case n >= 1<<10:
+		return sign + trim3(n/(1<<10)) + " KiB"
+	default:
+		return sign + fmt.Sprintf("%.0f B", n)
+	}
+}
+
+// trim3 prints x with three significant digits (x ≥ 1).
+func trim3(x float64) string {
+	switch {
+	case x >= 100:
+		return fmt.Sprintf("%.0f", x)
+	case x >= 10:
+		return fmt.Sprintf("%.1f", x)
+	default:
+		return fmt.Sprintf("%.2f", x)
+	}
 }
 
 // FormatRate prints msg/s with a thousands separator.

@@ -24,9 +24,18 @@ func TestStats(t *testing.T) {
 	assert.Equal(t, 50*time.Millisecond, Percentile(ds, 50), "p50")
 	assert.Equal(t, 99*time.Millisecond, Percentile(ds, 99), "p99")
 	assert.Equal(t, "1,234,567 msg/s", FormatRate(1234567.4), "FormatRate")
+	assert.Equal(t, "512 B", FormatBytes(512), "FormatBytes")
+	assert.Equal(t, "1.50 KiB", FormatBytes(1536), "FormatBytes")
+	assert.Equal(t, "-12.0 MiB", FormatBytes(-12<<20), "FormatBytes")
 	var b strings.Builder
-	require.NoError(t, Render(&b, []Row{{ID: "R1", Scenario: "publish", Ratio: "0.950×"}}))
-	if lines := strings.Split(strings.TrimSpace(b.String()), "\n"); assert.Len(t, lines, 3, "table:\n%s", b.String()) {
+	rows := []Row{{ID: "R1", Scenario: "publish", Ratio: "0.950×"}, {ID: "SC", Scenario: "sqs consume, 15 queues", Ours: "1,200 msg/s", Baseline: "900 msg/s (x)"}}
+	require.NoError(t, Render(&b, rows))
+	if lines := strings.Split(strings.TrimSpace(b.String()), "\n"); assert.Len(t, lines, 4, "table:\n%s", b.String()) {
 		assert.Contains(t, lines[2], "0.950×", "table:\n%s", b.String())
 	}
+	back, err := ParseTable(strings.NewReader("\neventpipe benchmarks, quick mode …\n\n" + b.String()))
+	require.NoError(t, err)
+	assert.Equal(t, rows, back, "ParseTable reads back what Render wrote")
+	_, err = ParseTable(strings.NewReader("no table here\n"))
+	assert.Error(t, err)
 }
