@@ -68,8 +68,6 @@ func (s *Service) mountConsole(mux *http.ServeMux) {
 	mux.Handle("POST /console/edit", c.auth(c.edit))
 }
 
-type principalKey struct{}
-
 // auth lets a request through when it may use the console: with admin JWTs
 // configured, a verified token with the admin role from the Authorization
 // header or the login cookie (a page without one goes to the login page);

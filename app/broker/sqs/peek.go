@@ -7,7 +7,6 @@ import (
 	"strconv"
 
 	"github.com/ThreeDotsLabs/watermill"
-
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
