@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -235,16 +236,19 @@ func (p *Postgres) Idempotent(ctx context.Context, k IdempotencyKey, write func(
 	return resp, replayed, nil
 }
 
-// FireDueReminders implements Store: one UPDATE over the due rows it could
-// lock (FOR UPDATE SKIP LOCKED), so concurrent sweepers split them; a row
-// another sweeper marked meanwhile fails the re-checked condition.
+// FireDueReminders implements Store: one statement marks the due rows it
+// could lock (FOR UPDATE SKIP LOCKED), so concurrent sweepers split them; a
+// row another sweeper marked meanwhile fails the re-checked condition. The
+// locking CTE runs once — inside "IN (subquery)" the planner may run a
+// LIMIT subquery once per row and take them all.
 func (p *Postgres) FireDueReminders(ctx context.Context, now time.Time, limit int) ([]Reminder, error) {
 	table := p.tables.table("dispute_reminders")
-	rows, err := dbtx.Q(ctx, p.pool).Query(ctx, `UPDATE `+table+` SET reminded_at = $1
-		WHERE reminded_at IS NULL AND dispute_id IN (
+	rows, err := dbtx.Q(ctx, p.pool).Query(ctx, `WITH due AS (
 			SELECT dispute_id FROM `+table+` WHERE reminded_at IS NULL AND remind_at <= $1
 			ORDER BY remind_at LIMIT $2 FOR UPDATE SKIP LOCKED)
-		RETURNING dispute_id, event_id, txn_id, tat_due_at, remind_at, auto_reverse, reminded_at`, now.UTC(), limit)
+		UPDATE `+table+` r SET reminded_at = $1 FROM due
+		WHERE r.dispute_id = due.dispute_id AND r.reminded_at IS NULL
+		RETURNING r.dispute_id, r.event_id, r.txn_id, r.tat_due_at, r.remind_at, r.auto_reverse, r.reminded_at`, now.UTC(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("fire due reminders: %w", err)
 	}
@@ -257,6 +261,15 @@ func (p *Postgres) FireDueReminders(ctx context.Context, now time.Time, limit in
 }
 
 const reversalColumns = `dispute_id, txn_id, status, attempts, next_attempt_at, last_error, reference, completed_at`
+
+// qualified prefixes each of columns (comma-separated) with alias.
+func qualified(alias, columns string) string {
+	cols := strings.Split(columns, ", ")
+	for i, c := range cols {
+		cols[i] = alias + "." + c
+	}
+	return strings.Join(cols, ", ")
+}
 
 func scanReversal(row pgx.CollectableRow) (Reversal, error) {
 	var r Reversal
@@ -276,11 +289,12 @@ func scanReversal(row pgx.CollectableRow) (Reversal, error) {
 // split the due rows.
 func (p *Postgres) ClaimReversals(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]Reversal, error) {
 	table := p.tables.table("dispute_reversals")
-	rows, err := dbtx.Q(ctx, p.pool).Query(ctx, `UPDATE `+table+` SET attempts = attempts + 1, next_attempt_at = $2
-		WHERE status = 'pending' AND next_attempt_at <= $1 AND dispute_id IN (
+	rows, err := dbtx.Q(ctx, p.pool).Query(ctx, `WITH due AS (
 			SELECT dispute_id FROM `+table+` WHERE status = 'pending' AND next_attempt_at <= $1
 			ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED)
-		RETURNING `+reversalColumns, now.UTC(), now.Add(lease).UTC(), limit)
+		UPDATE `+table+` r SET attempts = r.attempts + 1, next_attempt_at = $2 FROM due
+		WHERE r.dispute_id = due.dispute_id AND r.status = 'pending' AND r.next_attempt_at <= $1
+		RETURNING `+qualified("r", reversalColumns), now.UTC(), now.Add(lease).UTC(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("claim reversals: %w", err)
 	}

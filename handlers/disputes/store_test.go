@@ -48,19 +48,22 @@ func (r *recorder) sent() []*message.Message {
 	return append([]*message.Message(nil), r.msgs...)
 }
 
+// storeKinds build a fresh store of each kind.
+var storeKinds = map[string]func(t *testing.T) disputes.Store{
+	"memory": func(*testing.T) disputes.Store {
+		return disputes.NewMemory(disputes.MemoryOptions{Outbox: outbox.AfterCommit{Publisher: &recorder{}}})
+	},
+	"postgres": func(t *testing.T) disputes.Store {
+		pool, schema := dbtest.Schema(t)
+		s, err := disputes.NewPostgres(pool, schema, "")
+		require.NoError(t, err)
+		return s
+	},
+}
+
 func TestStores(t *testing.T) {
 	t.Parallel()
-	stores := map[string]func(t *testing.T) disputes.Store{
-		"memory": func(*testing.T) disputes.Store {
-			return disputes.NewMemory(disputes.MemoryOptions{Outbox: outbox.AfterCommit{Publisher: &recorder{}}})
-		},
-		"postgres": func(t *testing.T) disputes.Store {
-			pool, schema := dbtest.Schema(t)
-			s, err := disputes.NewPostgres(pool, schema, "")
-			require.NoError(t, err)
-			return s
-		},
-	}
+	stores := storeKinds
 	suites := map[string]func(t *testing.T, s disputes.Store){
 		"rows and effects": storeSuite,
 		"idempotency keys": idempotencySuite,
@@ -220,6 +223,7 @@ func remindersSuite(t *testing.T, s disputes.Store) {
 				if !assert.NoError(t, err) || len(got) == 0 {
 					return
 				}
+				assert.LessOrEqual(t, len(got), 3, "at most limit")
 				mu.Lock()
 				for _, r := range got {
 					times[r.DisputeID]++
@@ -326,6 +330,19 @@ func reversalsSuite(t *testing.T, s disputes.Store) {
 	pending, err = s.PendingReversals(ctx)
 	require.NoError(t, err)
 	assert.Zero(t, pending)
+
+	// At most limit per claim, oldest first.
+	for _, id := range []string{"dsp_l1", "dsp_l2", "dsp_l3"} {
+		require.NoError(t, s.ScheduleReminder(ctx, disputes.Reminder{DisputeID: id, EventID: "evt_" + id, TxnID: "txn", TATDueAt: now, RemindAt: now, AutoReverse: true}))
+	}
+	for range 3 {
+		claimed, err = s.ClaimReversals(ctx, at, time.Minute, 1)
+		require.NoError(t, err)
+		assert.Len(t, claimed, 1, "limit 1")
+	}
+	claimed, err = s.ClaimReversals(ctx, at, time.Minute, 1)
+	require.NoError(t, err)
+	assert.Empty(t, claimed)
 }
 
 func storeSuite(t *testing.T, s disputes.Store) {
