@@ -336,5 +336,3 @@ func TestAPIAuthentication(t *testing.T) {
 	assert.Equal(t, http.StatusCreated, r.status, r.body)
 	assert.Equal(t, 1, f.disputes(t, "txn_auth"))
 }
-
-

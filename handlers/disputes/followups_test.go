@@ -161,7 +161,9 @@ func TestReminderSweep(t *testing.T) {
 				TATDueAt: now, RemindAt: now}))
 			runCtx, cancel := context.WithCancel(ctx)
 			done := make(chan error, 1)
-			go func() { done <- (&disputes.ReminderSweep{Store: s, Interval: time.Hour, Logger: logs.logger(), Metrics: m, Now: clk.Now}).Run(runCtx) }()
+			go func() {
+				done <- (&disputes.ReminderSweep{Store: s, Interval: time.Hour, Logger: logs.logger(), Metrics: m, Now: clk.Now}).Run(runCtx)
+			}()
 			require.Eventually(t, func() bool { return strings.Contains(logs.String(), "dispute_id=dsp_run") }, 5*time.Second, 10*time.Millisecond)
 			cancel()
 			require.NoError(t, <-done)
