@@ -13,9 +13,11 @@ import (
 )
 
 // Module is the disputes spec without its AWS adapter: the events-worker on
-// domain-events, and the ingest-worker on ingest-queue only with sample
-// traffic (an in-memory object store). With disputes.s3_bucket set it
-// refuses to start; the service runs NewModule with the S3 adapter.
+// domain-events, the API (disputes.api_addr), the reminder sweep, the
+// reversal worker (with disputes.reversal_url, or sample traffic's stand-in),
+// and the ingest-worker on ingest-queue only with sample traffic (an
+// in-memory object store). With disputes.s3_bucket set it refuses to start;
+// the service runs NewModule with the S3 adapter.
 var Module = NewModule(Adapters{})
 
 // Adapters are the spec's parts outside handlers/ (AWS clients), handed in
@@ -65,6 +67,11 @@ func NewModule(a Adapters) spec.Module {
 // separate workers (§3 gives each its own Lambda), so the events-worker
 // may run without it — and without the bucket, `topology apply` grants S3
 // no right to send to ingest-queue, so no notification waits there unread.
+//
+// The API runs when disputes.api_addr is set, token-protected when the
+// service verifies admin JWTs (d.Verifier) and open otherwise, with a
+// warning. The reminder sweep always runs; the reversal worker runs with a
+// Reverser (newReverser).
 func build(ctx context.Context, d spec.Deps, a Adapters) (spec.Parts, error) {
 	c := d.Config.Disputes
 	var store Store = NewMemory(MemoryOptions{Outbox: d.Outbox, Logger: d.Logger})
