@@ -196,6 +196,7 @@ func (a *API) raiseDispute(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	log := a.logger().With(slog.String("txn_id", d.TxnID), slog.String("actor", actorOf(ctx)))
+	var out DisputeResponse
 	resp, replayed, err := a.Store.Idempotent(ctx, IdempotencyKey{Key: key, RequestHash: requestHash("raise_dispute", d.TxnID, d.ReasonCode, d.Rail, d.TATDueAt)},
 		func(ctx context.Context) (StoredResponse, error) {
 			now := a.now().UTC().Truncate(time.Millisecond)
@@ -205,15 +206,17 @@ func (a *API) raiseDispute(w http.ResponseWriter, r *http.Request) {
 			if err != nil && !isNotPublished(err) {
 				return StoredResponse{}, err
 			}
-			out := DisputeResponse{ID: d.ID, TxnID: d.TxnID, ReasonCode: d.ReasonCode, Rail: d.Rail,
+			out = DisputeResponse{ID: d.ID, TxnID: d.TxnID, ReasonCode: d.ReasonCode, Rail: d.Rail,
 				RaisedAt: d.RaisedAt.Format(occurredAtLayout), EventID: eventID}
 			if d.TATDueAt != nil {
 				s := d.TATDueAt.UTC().Format(occurredAtLayout)
 				out.TATDueAt = &s
 			}
-			log.InfoContext(ctx, "dispute raised", slog.String("dispute_id", d.ID), slog.String("event_id", eventID))
 			return created(out)
 		})
+	if (err == nil || isNotPublished(err)) && !replayed {
+		log.InfoContext(ctx, "dispute raised", slog.String("dispute_id", out.ID), slog.String("event_id", out.EventID))
+	}
 	a.answer(w, r, log, resp, replayed, err)
 }
 
@@ -233,23 +236,29 @@ func (a *API) flagTransaction(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	log := a.logger().With(slog.String("txn_id", f.TxnID), slog.String("actor", actorOf(ctx)))
+	var eventID string
 	write := func(ctx context.Context) (StoredResponse, error) {
 		f := f
 		f.FlaggedAt = a.now().UTC().Truncate(time.Millisecond)
-		eventID, err := a.Store.FlagTransaction(ctx, f)
-		if err != nil && !isNotPublished(err) {
+		var err error
+		if eventID, err = a.Store.FlagTransaction(ctx, f); err != nil && !isNotPublished(err) {
 			return StoredResponse{}, err
 		}
-		log.InfoContext(ctx, "transaction flagged for review", slog.Float64("risk_score", f.RiskScore), slog.String("event_id", eventID))
 		return created(FlagResponse{TxnID: f.TxnID, RiskScore: f.RiskScore, Reason: f.Reason,
 			FlaggedAt: f.FlaggedAt.Format(occurredAtLayout), EventID: eventID})
 	}
+	var (
+		resp     StoredResponse
+		replayed bool
+	)
 	if key == "" {
-		resp, err := write(ctx)
-		a.answer(w, r, log, resp, false, err)
-		return
+		resp, err = write(ctx)
+	} else {
+		resp, replayed, err = a.Store.Idempotent(ctx, IdempotencyKey{Key: key, RequestHash: requestHash("flag_transaction_for_review", f.TxnID, f.RiskScore, f.Reason)}, write)
 	}
-	resp, replayed, err := a.Store.Idempotent(ctx, IdempotencyKey{Key: key, RequestHash: requestHash("flag_transaction_for_review", f.TxnID, f.RiskScore, f.Reason)}, write)
+	if (err == nil || isNotPublished(err)) && !replayed {
+		log.InfoContext(ctx, "transaction flagged for review", slog.Float64("risk_score", f.RiskScore), slog.String("event_id", eventID))
+	}
 	a.answer(w, r, log, resp, replayed, err)
 }
 
