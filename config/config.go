@@ -247,6 +247,32 @@ type Disputes struct {
 	// carries no tat_due_at: occurred_at + this. Default 120h (5 days);
 	// more than 0s.
 	DefaultTAT time.Duration `yaml:"default_tat" env:"DEFAULT_TAT" doc:"A dispute's resolution time when its event carries no tat_due_at, from occurred_at (more than 0s)."`
+	// APIAddr is the host:port of the producers' HTTP API (POST
+	// /v1/disputes with an Idempotency-Key, POST
+	// /v1/transactions/{txn_id}/flag). Default "127.0.0.1:8082"; "" turns it
+	// off; port 0 picks a free port. Token-protected when admin JWTs are
+	// verified (admin.token_*), open otherwise (decision 0022).
+	APIAddr string `yaml:"api_addr" env:"API_ADDR" doc:"host:port of the disputes HTTP API (POST /v1/disputes with Idempotency-Key; POST /v1/transactions/{txn_id}/flag); empty turns it off. Bearer JWT required when admin.token_* verify tokens."`
+	// ReminderSweepInterval is how often due TAT reminders are fired.
+	// Default 1m; more than 0s.
+	ReminderSweepInterval time.Duration `yaml:"reminder_sweep_interval" env:"REMINDER_SWEEP_INTERVAL" doc:"How often due TAT reminders are fired (each once, across replicas; more than 0s)."`
+	// ReversalURL is the payment system's reversal endpoint (POST, JSON,
+	// Idempotency-Key) for eligible failed_but_debited UPI disputes.
+	// Default "": with sample_traffic a logging stand-in reverses nothing;
+	// otherwise reversals stay pending (a warning at start) until it is set.
+	ReversalURL string `yaml:"reversal_url" env:"REVERSAL_URL" doc:"Reversal endpoint of the payment system (POST, JSON, Idempotency-Key) for eligible failed_but_debited UPI disputes; empty leaves reversals pending (sample_traffic: a logging stand-in)."`
+	// ReversalTokenEnv names the variable holding the reversal endpoint's
+	// bearer token; unset or empty sends none.
+	ReversalTokenEnv string `yaml:"reversal_token_env" env:"REVERSAL_TOKEN_ENV" doc:"Name of the environment variable holding the reversal endpoint's bearer token; none is sent when it is unset."`
+	// ReversalTimeout bounds one reversal call. Default 10s; more than 0s.
+	ReversalTimeout time.Duration `yaml:"reversal_timeout" env:"REVERSAL_TIMEOUT" doc:"Time limit of one reversal call (more than 0s)."`
+	// ReversalInterval is how often pending reversals are polled. Default
+	// 10s; more than 0s.
+	ReversalInterval time.Duration `yaml:"reversal_interval" env:"REVERSAL_INTERVAL" doc:"How often pending reversals are polled (more than 0s)."`
+	// ReversalMaxAttempts is how many calls a reversal gets before a
+	// transient failure is recorded as failed. Default 10 (about two hours
+	// of backoff); at least 1.
+	ReversalMaxAttempts int `yaml:"reversal_max_attempts" env:"REVERSAL_MAX_ATTEMPTS" doc:"Calls a reversal gets before transient failures mark it failed (at least 1)."`
 }
 
 // Interviews configures the interviews SQS report-queues spec
@@ -636,6 +662,9 @@ func Defaults() Config {
 		Disputes: Disputes{
 			Enabled: false, SampleTraffic: false, AMLThreshold: 80, DefaultTAT: 5 * 24 * time.Hour,
 			S3MaxObjectSize: 10 << 20, S3Timeout: 30 * time.Second,
+			APIAddr: "127.0.0.1:8082", ReminderSweepInterval: time.Minute,
+			ReversalTokenEnv: "EVENTPIPE_DISPUTES_REVERSAL_TOKEN", ReversalTimeout: 10 * time.Second,
+			ReversalInterval: 10 * time.Second, ReversalMaxAttempts: 10,
 		},
 		JoinLink: JoinLink{Enabled: false, SampleTraffic: false, EnableScheduler: false, EnableFallbackCron: false, DispatchInterval: time.Second, FallbackSchedule: "0 */4 * * *", SystemActorID: -1,
 			BulkRegisterTokenEnv: "EVENTPIPE_JOINLINK_BULK_REGISTER_TOKEN", BulkRegisterTimeout: 10 * time.Second},

@@ -164,6 +164,19 @@ func (c Config) Validate() error {
 	}
 	atLeast(&ps, "disputes.s3_max_object_size", c.Disputes.S3MaxObjectSize, 1)
 	positive(&ps, "disputes.s3_timeout", c.Disputes.S3Timeout)
+	if c.Disputes.APIAddr != "" {
+		checkAddr(&ps, "disputes.api_addr", c.Disputes.APIAddr)
+	}
+	positive(&ps, "disputes.reminder_sweep_interval", c.Disputes.ReminderSweepInterval)
+	if c.Disputes.ReversalURL != "" {
+		checkURL(&ps, "disputes.reversal_url", c.Disputes.ReversalURL, endpointURL)
+	}
+	if e := c.Disputes.ReversalTokenEnv; e != "" && !envVarName.MatchString(e) {
+		ps.add("disputes.reversal_token_env", "%q is not an environment variable name (letters, digits and _, not starting with a digit)", e)
+	}
+	positive(&ps, "disputes.reversal_timeout", c.Disputes.ReversalTimeout)
+	positive(&ps, "disputes.reversal_interval", c.Disputes.ReversalInterval)
+	atLeast(&ps, "disputes.reversal_max_attempts", c.Disputes.ReversalMaxAttempts, 1)
 	positive(&ps, "joinlink.dispatch_interval", c.JoinLink.DispatchInterval)
 	positive(&ps, "joinlink.bulk_register_timeout", c.JoinLink.BulkRegisterTimeout)
 	if c.JoinLink.BulkRegisterURL != "" {

@@ -267,6 +267,33 @@ func TestValidate(t *testing.T) {
 			},
 		},
 		{
+			name: "disputes API and reversal settings",
+			modify: func(c *config.Config) {
+				c.Disputes.APIAddr, c.Disputes.ReversalURL, c.Disputes.ReversalTokenEnv = "0.0.0.0:8082", "https://payments.internal/v1/reversals", "PAYMENTS_TOKEN"
+			},
+		},
+		{
+			name:   "disputes API off",
+			modify: func(c *config.Config) { c.Disputes.APIAddr = "" },
+		},
+		{
+			name: "disputes API and reversal settings out of shape",
+			modify: func(c *config.Config) {
+				c.Disputes.APIAddr, c.Disputes.ReminderSweepInterval = "8082", 0
+				c.Disputes.ReversalURL, c.Disputes.ReversalTokenEnv = "payments.internal/reverse", "1TOKEN"
+				c.Disputes.ReversalTimeout, c.Disputes.ReversalInterval, c.Disputes.ReversalMaxAttempts = 0, -time.Second, 0
+			},
+			want: []config.Problem{
+				{Path: "disputes.api_addr", Message: `"8082" is not host:port (e.g. 127.0.0.1:9090; "" turns it off)`},
+				{Path: "disputes.reminder_sweep_interval", Message: "must be more than 0s, got 0s"},
+				{Path: "disputes.reversal_url", Message: `"payments.internal/reverse" is not a URL starting with http:// or https://`},
+				{Path: "disputes.reversal_token_env", Message: `"1TOKEN" is not an environment variable name (letters, digits and _, not starting with a digit)`},
+				{Path: "disputes.reversal_timeout", Message: "must be more than 0s, got 0s"},
+				{Path: "disputes.reversal_interval", Message: "must be more than 0s, got -1s"},
+				{Path: "disputes.reversal_max_attempts", Message: "must be at least 1, got 0"},
+			},
+		},
+		{
 			name:   "an IP address is no bucket name",
 			modify: func(c *config.Config) { c.Disputes.S3Bucket = "192.168.0.1" },
 			want:   []config.Problem{{Path: "disputes.s3_bucket", Message: `"192.168.0.1" is not an S3 bucket name: 3 to 63 lowercase letters, digits, '.' and '-', starting and ending with a letter or digit`}},

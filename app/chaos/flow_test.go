@@ -170,6 +170,7 @@ func (r *flowRun) serveEnv(extra ...string) []string {
 		"EVENTPIPE_POSTGRES_DSN=postgres://postgres@" + r.dbProxy.Addr() + "/test?sslmode=disable",
 		"EVENTPIPE_POSTGRES_SCHEMA=" + r.sc.schema,
 		"EVENTPIPE_ADMIN_ADDR=127.0.0.1:0",
+		"EVENTPIPE_DISPUTES_API_ADDR=127.0.0.1:0", // several serve processes on one host
 		"EVENTPIPE_LOG_FORMAT=json",
 		"EVENTPIPE_LOG_LEVEL=info",
 	}

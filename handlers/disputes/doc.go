@@ -29,10 +29,27 @@
 //   - DisputeRaised: the TAT due time (the payload's tat_due_at, else
 //     occurred_at + Handlers.DefaultTAT) and a reminder ReminderLead before
 //     it, in dispute_reminders; a failed_but_debited UPI dispute is marked
-//     eligible for auto-reversal on that row.
+//     eligible for auto-reversal on that row and gets a pending Reversal in
+//     the same transaction.
 //   - TransactionFlagged: a review_queue entry, on the AML queue when the risk
 //     score is at least Handlers.AMLThreshold.
 //   - DocumentIngested: the kb_statistics row recomputed from kb_documents.
+//
+// # The API and the follow-ups (decision 0022)
+//
+// API serves the producers over HTTP (disputes.api_addr): POST /v1/disputes
+// with a required Idempotency-Key and POST /v1/transactions/{txn_id}/flag,
+// each writing its business row, its outbox row and the key's row
+// (Store.Idempotent) in one transaction, so a repeated request is answered
+// with the first response and writes nothing.
+//
+// ReminderSweep fires due reminders, each once across replicas (the log line
+// "dispute reminder due" and eventpipe_disputes_reminders_fired_total).
+// ReversalWorker completes pending reversals outside the inbox's
+// transaction through a Reverser (HTTPReverser in production, with an
+// idempotency key derived from the dispute id), recording each outcome
+// durably; a redelivery or a crash between the call and the record never
+// reverses twice.
 //
 // # Document ingestion
 //

@@ -7,8 +7,10 @@ package disputes_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,7 +42,58 @@ func TestSpecOnEveryBroker(t *testing.T) {
 		{Name: "transient failure then success", Run: testTransientThenSuccess},
 		{Name: "ingest: S3 notification to KB statistics", Run: testIngest},
 		{Name: "ingest: document without header block to the DLQ", Run: testIngestNoHeader},
+		{Name: "API: raise_dispute twice with one key, one effect, one reversal", Run: testAPIToReversal},
 	})
+}
+
+// testAPIToReversal is raise_dispute end to end: POST /v1/disputes twice
+// with one Idempotency-Key (the gateway retried) → one dispute, one
+// DisputeRaised through the outbox (or the embedded mode's publish) and the
+// broker → one TAT timer → one call to the payment system's reversal
+// endpoint, with the dispute's idempotency key.
+func testAPIToReversal(t *testing.T, b testbrokers.Kind) {
+	f := newFlow(t, b)
+	rs := newReversalServer(t)
+	w := &disputes.ReversalWorker{Store: f.store, Reverser: &disputes.HTTPReverser{URL: rs.URL + "/v1/reversals"}, Interval: 100 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	srv := serveAPI(t, f.store, nil)
+
+	body := `{"txn_id":"txn_api_upi","reason_code":"failed_but_debited","rail":"UPI"}`
+	first := post(t, srv, disputes.DisputesPath, body, disputes.IdempotencyKeyHeader, "gw-req-1")
+	require.Equal(t, http.StatusCreated, first.status, first.body)
+	again := post(t, srv, disputes.DisputesPath, body, disputes.IdempotencyKeyHeader, "gw-req-1")
+	require.Equal(t, http.StatusCreated, again.status)
+	assert.Equal(t, first.body, again.body)
+	var d disputes.DisputeResponse
+	require.NoError(t, json.Unmarshal([]byte(first.body), &d))
+
+	testbrokers.Eventually(t, 2*f.b.Redelivery, "the reminder and the reversal", func() bool {
+		_, ok, _ := f.store.Reminder(context.Background(), d.ID)
+		r, _, _ := f.store.Reversal(context.Background(), d.ID)
+		return ok && r.Status == disputes.ReversalReversed
+	})
+	r, ok, err := f.store.Reminder(context.Background(), d.ID)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, d.EventID, r.EventID)
+	assert.True(t, r.AutoReverse)
+	testbrokers.NoMessage(t, f.dlq, time.Second, "dead letter")
+	assert.Equal(t, 1, f.handled.of(d.EventID), "one event for two requests")
+	assert.Equal(t, int64(1), f.effects.reminders.Load())
+	calls := rs.calls()
+	require.Len(t, calls, 1)
+	assert.Equal(t, disputes.ReversalIdempotencyKey(d.ID), calls[0].key)
+	assert.Equal(t, "rev_"+d.ID, f.reversalRef(t, d.ID))
+}
+
+func (f *flow) reversalRef(t *testing.T, id string) string {
+	t.Helper()
+	r, _, err := f.store.Reversal(context.Background(), id)
+	require.NoError(t, err)
+	return r.Reference
 }
 
 // effects wraps the store, counts the effects that ran and fails

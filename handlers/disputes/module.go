@@ -6,14 +6,18 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/eventpipe/eventpipe/app/spec"
 	"github.com/eventpipe/eventpipe/config"
 )
 
 // Module is the disputes spec without its AWS adapter: the events-worker on
-// domain-events, and the ingest-worker on ingest-queue only with sample
-// traffic (an in-memory object store). With disputes.s3_bucket set it
-// refuses to start; the service runs NewModule with the S3 adapter.
+// domain-events, the API (disputes.api_addr), the reminder sweep, the
+// reversal worker (with disputes.reversal_url, or sample traffic's stand-in),
+// and the ingest-worker on ingest-queue only with sample traffic (an
+// in-memory object store). With disputes.s3_bucket set it refuses to start;
+// the service runs NewModule with the S3 adapter.
 var Module = NewModule(Adapters{})
 
 // Adapters are the spec's parts outside handlers/ (AWS clients), handed in
@@ -63,6 +67,11 @@ func NewModule(a Adapters) spec.Module {
 // separate workers (§3 gives each its own Lambda), so the events-worker
 // may run without it — and without the bucket, `topology apply` grants S3
 // no right to send to ingest-queue, so no notification waits there unread.
+//
+// The API runs when disputes.api_addr is set, token-protected when the
+// service verifies admin JWTs (d.Verifier) and open otherwise, with a
+// warning. The reminder sweep always runs; the reversal worker runs with a
+// Reverser (newReverser).
 func build(ctx context.Context, d spec.Deps, a Adapters) (spec.Parts, error) {
 	c := d.Config.Disputes
 	var store Store = NewMemory(MemoryOptions{Outbox: d.Outbox, Logger: d.Logger})
@@ -107,12 +116,66 @@ func build(ctx context.Context, d spec.Deps, a Adapters) (spec.Parts, error) {
 			" (set it, EVENTPIPE_DISPUTES_S3_BUCKET, to ingest the bucket's S3 ObjectCreated notifications)",
 			slog.String("queue", IngestQueue))
 	}
-	var parts spec.Parts
-	if c.SampleTraffic {
-		parts.Workers = []spec.Worker{{Name: "disputes sample traffic", Run: func(ctx context.Context) error {
-			return SampleTraffic(ctx, store, sampleObjects, d.Publisher, d.Logger)
-		}}}
+	reg := d.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
 	}
-	parts.Routes = h.Routes()
+	metrics, err := NewMetrics(reg, store)
+	if err != nil {
+		return spec.Parts{}, err
+	}
+	parts := spec.Parts{Routes: h.Routes()}
+	sweep := &ReminderSweep{Store: store, Interval: c.ReminderSweepInterval, Logger: d.Logger, Metrics: metrics}
+	parts.Workers = append(parts.Workers, spec.Worker{Name: "disputes reminder sweep", Run: sweep.Run})
+	if reverser := newReverser(d); reverser != nil {
+		w := &ReversalWorker{Store: store, Reverser: reverser, Interval: c.ReversalInterval, Timeout: c.ReversalTimeout,
+			MaxAttempts: c.ReversalMaxAttempts, Logger: d.Logger, Metrics: metrics}
+		parts.Workers = append(parts.Workers, spec.Worker{Name: "disputes reversal worker", Run: w.Run})
+	}
+	if c.APIAddr != "" {
+		api := &API{Store: store, Logger: d.Logger}
+		if d.Verifier != nil {
+			api.Auth = d.Verifier
+		} else {
+			d.Logger.Warn("disputes API serves without authentication: admin JWTs are not verified; keep disputes.api_addr on loopback, "+
+				"or set admin.token_secret_env / admin.token_jwks_url to require a bearer JWT", slog.String("addr", c.APIAddr))
+		}
+		// Intake: it takes work in, so serve's drain stops it first.
+		parts.Servers = append(parts.Servers, spec.Server{Name: APIServer, Addr: c.APIAddr, Handler: api.Handler(), Intake: true})
+	}
+	if c.SampleTraffic {
+		parts.Workers = append(parts.Workers, spec.Worker{Name: "disputes sample traffic", Run: func(ctx context.Context) error {
+			return SampleTraffic(ctx, store, sampleObjects, d.Publisher, d.Logger)
+		}})
+	}
 	return parts, nil
+}
+
+// APIServer names the disputes API in serve's logs and in
+// Service.ServerAddr.
+const APIServer = "disputes-api"
+
+// newReverser is the auto-reversal's Reverser: the HTTP client of
+// disputes.reversal_url when set, the logging stand-in only for sample
+// traffic, and otherwise none — the reversal worker is off and eligible
+// disputes wait, pending in dispute_reversals, until the URL is configured
+// (decision 0022: unlike join-link's bulkRegister, nothing false is recorded
+// without it, so the spec's other effects need not stop).
+func newReverser(d spec.Deps) Reverser {
+	c := d.Config.Disputes
+	switch {
+	case c.ReversalURL != "":
+		token := ""
+		if d.Getenv != nil && c.ReversalTokenEnv != "" {
+			token = d.Getenv(c.ReversalTokenEnv)
+		}
+		return &HTTPReverser{URL: c.ReversalURL, Token: token, Timeout: c.ReversalTimeout}
+	case c.SampleTraffic:
+		d.Logger.Warn("disputes auto-reversal uses the logging stand-in (disputes.sample_traffic): nothing is reversed; set disputes.reversal_url")
+		return LogReverser{Logger: d.Logger}
+	default:
+		d.Logger.Warn("disputes auto-reversal is off: disputes.reversal_url is not set (EVENTPIPE_DISPUTES_REVERSAL_URL), so eligible " +
+			"failed_but_debited UPI disputes stay pending in dispute_reversals (eventpipe_disputes_reversals_pending) until it is")
+		return nil
+	}
 }

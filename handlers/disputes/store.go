@@ -20,6 +20,9 @@ var (
 	ErrExists = errors.New("already exists")
 	// ErrNotFound: no such row.
 	ErrNotFound = errors.New("not found")
+	// ErrKeyReused: an idempotency key that was first used with another
+	// request (the API answers 422).
+	ErrKeyReused = errors.New("idempotency key already used with another request")
 )
 
 // Dispute is a dispute raised on a transaction (raise_dispute).
@@ -63,8 +66,57 @@ type Reminder struct {
 	TATDueAt  time.Time
 	RemindAt  time.Time
 	// AutoReverse: a failed_but_debited UPI dispute, eligible for
-	// auto-reversal.
+	// auto-reversal. Scheduling such a reminder also stores its pending
+	// Reversal, in the same transaction.
 	AutoReverse bool
+	// FiredAt is when the reminder sweep fired it; nil until then. Set by
+	// the store only (FireDueReminders).
+	FiredAt *time.Time
+}
+
+// ReversalStatus is where an auto-reversal stands.
+type ReversalStatus string
+
+// Reversal statuses. Pending is the only one the reversal worker works on;
+// Reversed and Failed are final.
+const (
+	ReversalPending  ReversalStatus = "pending"
+	ReversalReversed ReversalStatus = "reversed"
+	ReversalFailed   ReversalStatus = "failed"
+)
+
+// Reversal is the auto-reversal of an eligible dispute: recorded pending
+// with its reminder (DisputeRaised's effect), completed by the
+// ReversalWorker through a Reverser.
+type Reversal struct {
+	DisputeID string
+	TxnID     string
+	Status    ReversalStatus
+	// Attempts counts the claims (calls started); the latest claim's
+	// number fences RecordReversal against an older claim's late answer.
+	Attempts int
+	// NextAttemptAt is when a pending reversal is due: its backoff after a
+	// transient failure, and while claimed its lease.
+	NextAttemptAt time.Time
+	LastError     string
+	// Reference is the payment system's reversal id once Reversed.
+	Reference   string
+	CompletedAt *time.Time
+}
+
+// IdempotencyKey is an API request's Idempotency-Key and a hash of what it
+// asked (its operation and normalised body): the same key must come with
+// the same request.
+type IdempotencyKey struct {
+	Key         string
+	RequestHash string
+}
+
+// StoredResponse is the first answer to an idempotency key, replayed to
+// every repeat of the request.
+type StoredResponse struct {
+	Status int
+	Body   []byte
 }
 
 // ReviewEntry is a review queue entry (TransactionFlagged's effect).
@@ -108,6 +160,33 @@ type Store interface {
 	// RefreshKBStats is DocumentIngested's effect: the statistics
 	// recomputed from the stored documents.
 	RefreshKBStats(ctx context.Context, eventID string) error
+
+	// Idempotent runs write, the business change, at most once per key: the
+	// key, write's changes (and their events) and write's response commit
+	// together. A key stored before returns its response (replayed true)
+	// without calling write, or ErrKeyReused when its request hash differs.
+	// A request with a key still being written waits for it. An error from
+	// write stores nothing.
+	Idempotent(ctx context.Context, key IdempotencyKey, write func(ctx context.Context) (StoredResponse, error)) (resp StoredResponse, replayed bool, err error)
+
+	// FireDueReminders marks up to limit reminders due at now (RemindAt
+	// not after now, not fired yet) fired at now and returns them, each to
+	// one caller only, however many sweep at once.
+	FireDueReminders(ctx context.Context, now time.Time, limit int) ([]Reminder, error)
+
+	// ClaimReversals claims up to limit pending reversals due at now: each
+	// one's Attempts goes up by one and it is not due again before now +
+	// lease, so no other claim takes it while its call runs.
+	ClaimReversals(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]Reversal, error)
+	// RecordReversal stores the outcome of r's claim (Status, NextAttemptAt
+	// when still pending, LastError, Reference, CompletedAt) if r is still
+	// pending and r.Attempts is its latest claim; false when a later claim
+	// took it over or it is no longer pending.
+	RecordReversal(ctx context.Context, r Reversal) (bool, error)
+	// Reversal returns a dispute's reversal; false when it has none.
+	Reversal(ctx context.Context, disputeID string) (Reversal, bool, error)
+	// PendingReversals counts the pending reversals.
+	PendingReversals(ctx context.Context) (int, error)
 
 	Dispute(ctx context.Context, id string) (Dispute, error)
 	Reminder(ctx context.Context, disputeID string) (Reminder, bool, error)

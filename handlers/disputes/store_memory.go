@@ -38,8 +38,19 @@ type Memory struct {
 	docs      map[string]Document
 	docKeys   map[[2]string]bool
 	reminders map[string]Reminder
+	reversals map[string]Reversal
 	reviews   map[string]ReviewEntry
 	stats     KBStats
+
+	// keyMu serialises Idempotent (held across its write, which takes mu):
+	// the embedded mode's stand-in for the key's row lock.
+	keyMu sync.Mutex
+	keys  map[string]storedKey
+}
+
+type storedKey struct {
+	hash string
+	resp StoredResponse
 }
 
 var _ Store = (*Memory)(nil)
@@ -66,7 +77,8 @@ func NewMemory(opts MemoryOptions) *Memory {
 	return &Memory{
 		outbox: opts.Outbox, topic: opts.Topic, logger: opts.Logger, now: time.Now,
 		disputes: map[string]Dispute{}, docs: map[string]Document{}, docKeys: map[[2]string]bool{},
-		reminders: map[string]Reminder{}, reviews: map[string]ReviewEntry{},
+		reminders: map[string]Reminder{}, reversals: map[string]Reversal{}, reviews: map[string]ReviewEntry{},
+		keys: map[string]storedKey{},
 	}
 }
 
@@ -151,11 +163,142 @@ func (m *Memory) RecordDocument(ctx context.Context, doc Document) (string, erro
 func (m *Memory) ScheduleReminder(_ context.Context, r Reminder) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.reminders[r.DisputeID]; !ok {
-		r.TATDueAt, r.RemindAt = r.TATDueAt.UTC(), r.RemindAt.UTC()
-		m.reminders[r.DisputeID] = r
+	if _, ok := m.reminders[r.DisputeID]; ok {
+		return nil
+	}
+	r.TATDueAt, r.RemindAt, r.FiredAt = r.TATDueAt.UTC(), r.RemindAt.UTC(), nil
+	m.reminders[r.DisputeID] = r
+	if _, ok := m.reversals[r.DisputeID]; r.AutoReverse && !ok {
+		m.reversals[r.DisputeID] = Reversal{DisputeID: r.DisputeID, TxnID: r.TxnID, Status: ReversalPending, NextAttemptAt: m.now().UTC()}
 	}
 	return nil
+}
+
+// Idempotent implements Store. A write that committed but whose event was not
+// published (*outbox.NotPublishedError) keeps its key and response: the
+// change is committed, so a repeat must not make it again.
+func (m *Memory) Idempotent(ctx context.Context, k IdempotencyKey, write func(ctx context.Context) (StoredResponse, error)) (StoredResponse, bool, error) {
+	m.keyMu.Lock()
+	defer m.keyMu.Unlock()
+	if stored, ok := m.keys[k.Key]; ok {
+		if stored.hash != k.RequestHash {
+			return StoredResponse{}, false, ErrKeyReused
+		}
+		return cloneResponse(stored.resp), true, nil
+	}
+	var resp StoredResponse
+	// One unit: the events write stages are published after the key is
+	// stored, as the Postgres store's commit makes them visible together.
+	err := outbox.Unit(ctx, func(ctx context.Context) error {
+		r, err := write(ctx)
+		if err != nil {
+			return err
+		}
+		resp = cloneResponse(r)
+		m.keys[k.Key] = storedKey{hash: k.RequestHash, resp: resp}
+		return nil
+	})
+	if err != nil && !isNotPublished(err) {
+		return StoredResponse{}, false, err
+	}
+	return cloneResponse(resp), false, err
+}
+
+func cloneResponse(r StoredResponse) StoredResponse {
+	return StoredResponse{Status: r.Status, Body: slices.Clone(r.Body)}
+}
+
+// FireDueReminders implements Store.
+func (m *Memory) FireDueReminders(_ context.Context, now time.Time, limit int) ([]Reminder, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var due []Reminder
+	for _, r := range m.reminders {
+		if r.FiredAt == nil && !r.RemindAt.After(now) {
+			due = append(due, r)
+		}
+	}
+	slices.SortFunc(due, func(a, b Reminder) int {
+		if c := a.RemindAt.Compare(b.RemindAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.DisputeID, b.DisputeID)
+	})
+	if len(due) > limit {
+		due = due[:limit]
+	}
+	at := now.UTC()
+	for i := range due {
+		due[i].FiredAt = &at
+		m.reminders[due[i].DisputeID] = due[i]
+	}
+	return due, nil
+}
+
+// ClaimReversals implements Store.
+func (m *Memory) ClaimReversals(_ context.Context, now time.Time, lease time.Duration, limit int) ([]Reversal, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var due []Reversal
+	for _, r := range m.reversals {
+		if r.Status == ReversalPending && !r.NextAttemptAt.After(now) {
+			due = append(due, r)
+		}
+	}
+	slices.SortFunc(due, func(a, b Reversal) int {
+		if c := a.NextAttemptAt.Compare(b.NextAttemptAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.DisputeID, b.DisputeID)
+	})
+	if len(due) > limit {
+		due = due[:limit]
+	}
+	for i := range due {
+		due[i].Attempts++
+		due[i].NextAttemptAt = now.Add(lease).UTC()
+		m.reversals[due[i].DisputeID] = due[i]
+	}
+	return due, nil
+}
+
+// RecordReversal implements Store.
+func (m *Memory) RecordReversal(_ context.Context, r Reversal) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cur, ok := m.reversals[r.DisputeID]
+	if !ok || cur.Status != ReversalPending || cur.Attempts != r.Attempts {
+		return false, nil
+	}
+	cur.Status, cur.NextAttemptAt, cur.LastError, cur.Reference = r.Status, r.NextAttemptAt.UTC(), r.LastError, r.Reference
+	cur.CompletedAt = nil
+	if r.CompletedAt != nil {
+		t := r.CompletedAt.UTC()
+		cur.CompletedAt = &t
+	}
+	m.reversals[r.DisputeID] = cur
+	return true, nil
+}
+
+// Reversal implements Store.
+func (m *Memory) Reversal(_ context.Context, disputeID string) (Reversal, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.reversals[disputeID]
+	return r, ok, nil
+}
+
+// PendingReversals implements Store.
+func (m *Memory) PendingReversals(_ context.Context) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, r := range m.reversals {
+		if r.Status == ReversalPending {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // EnqueueReview implements Store.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -175,18 +177,169 @@ func (p *Postgres) RecordDocument(ctx context.Context, doc Document) (id string,
 	return id, err
 }
 
-// ScheduleReminder implements Store.
+// ScheduleReminder implements Store. An eligible reminder's pending
+// reversal is inserted with it, only when the reminder is new: a second
+// DisputeRaised for the dispute changes nothing.
 func (p *Postgres) ScheduleReminder(ctx context.Context, r Reminder) error {
 	return dbtx.InTx(ctx, p.pool, func(ctx context.Context, tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO `+p.tables.table("dispute_reminders")+`
+		tag, err := tx.Exec(ctx, `INSERT INTO `+p.tables.table("dispute_reminders")+`
 			(dispute_id, event_id, txn_id, tat_due_at, remind_at, auto_reverse) VALUES ($1, $2, $3, $4, $5, $6)
 			ON CONFLICT (dispute_id) DO NOTHING`,
 			r.DisputeID, r.EventID, r.TxnID, r.TATDueAt, r.RemindAt, r.AutoReverse)
 		if err != nil {
 			return fmt.Errorf("schedule reminder %s: %w", r.DisputeID, err)
 		}
+		if !r.AutoReverse || tag.RowsAffected() == 0 {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO `+p.tables.table("dispute_reversals")+` (dispute_id, txn_id)
+			VALUES ($1, $2) ON CONFLICT (dispute_id) DO NOTHING`, r.DisputeID, r.TxnID); err != nil {
+			return fmt.Errorf("schedule reversal %s: %w", r.DisputeID, err)
+		}
 		return nil
 	})
+}
+
+// Idempotent implements Store. The key's row is inserted first: a second
+// request with the key waits on the primary key until the first commits (then
+// replays its response) or rolls back (then runs write itself).
+func (p *Postgres) Idempotent(ctx context.Context, k IdempotencyKey, write func(ctx context.Context) (StoredResponse, error)) (resp StoredResponse, replayed bool, err error) {
+	table := p.tables.table("idempotency_keys")
+	err = dbtx.InTx(ctx, p.pool, func(ctx context.Context, tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `INSERT INTO `+table+` (key, request_hash) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING`, k.Key, k.RequestHash)
+		if err != nil {
+			return fmt.Errorf("idempotency key: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			var hash string
+			if err := tx.QueryRow(ctx, `SELECT request_hash, status, response FROM `+table+` WHERE key = $1`, k.Key).
+				Scan(&hash, &resp.Status, &resp.Body); err != nil {
+				return fmt.Errorf("idempotency key: %w", err)
+			}
+			if hash != k.RequestHash {
+				return ErrKeyReused
+			}
+			replayed = true
+			return nil
+		}
+		if resp, err = write(ctx); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE `+table+` SET status = $2, response = $3 WHERE key = $1`, k.Key, resp.Status, resp.Body); err != nil {
+			return fmt.Errorf("idempotency key: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return StoredResponse{}, false, err
+	}
+	return resp, replayed, nil
+}
+
+// FireDueReminders implements Store: one statement marks the due rows it
+// could lock (FOR UPDATE SKIP LOCKED), so concurrent sweepers split them; a
+// row another sweeper marked meanwhile fails the re-checked condition. The
+// locking CTE runs once — inside "IN (subquery)" the planner may run a
+// LIMIT subquery once per row and take them all.
+func (p *Postgres) FireDueReminders(ctx context.Context, now time.Time, limit int) ([]Reminder, error) {
+	table := p.tables.table("dispute_reminders")
+	rows, err := dbtx.Q(ctx, p.pool).Query(ctx, `WITH due AS (
+			SELECT dispute_id FROM `+table+` WHERE reminded_at IS NULL AND remind_at <= $1
+			ORDER BY remind_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+		UPDATE `+table+` r SET reminded_at = $1 FROM due
+		WHERE r.dispute_id = due.dispute_id AND r.reminded_at IS NULL
+		RETURNING r.dispute_id, r.event_id, r.txn_id, r.tat_due_at, r.remind_at, r.auto_reverse, r.reminded_at`, now.UTC(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("fire due reminders: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanReminder)
+	if err != nil {
+		return nil, fmt.Errorf("fire due reminders: %w", err)
+	}
+	slices.SortFunc(out, func(a, b Reminder) int { return a.RemindAt.Compare(b.RemindAt) })
+	return out, nil
+}
+
+const reversalColumns = `dispute_id, txn_id, status, attempts, next_attempt_at, last_error, reference, completed_at`
+
+// qualified prefixes each of columns (comma-separated) with alias.
+func qualified(alias, columns string) string {
+	cols := strings.Split(columns, ", ")
+	for i, c := range cols {
+		cols[i] = alias + "." + c
+	}
+	return strings.Join(cols, ", ")
+}
+
+func scanReversal(row pgx.CollectableRow) (Reversal, error) {
+	var r Reversal
+	var status string
+	if err := row.Scan(&r.DisputeID, &r.TxnID, &status, &r.Attempts, &r.NextAttemptAt, &r.LastError, &r.Reference, &r.CompletedAt); err != nil {
+		return Reversal{}, err
+	}
+	r.Status, r.NextAttemptAt = ReversalStatus(status), r.NextAttemptAt.UTC()
+	if r.CompletedAt != nil {
+		t := r.CompletedAt.UTC()
+		r.CompletedAt = &t
+	}
+	return r, nil
+}
+
+// ClaimReversals implements Store, like FireDueReminders: concurrent workers
+// split the due rows.
+func (p *Postgres) ClaimReversals(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]Reversal, error) {
+	table := p.tables.table("dispute_reversals")
+	rows, err := dbtx.Q(ctx, p.pool).Query(ctx, `WITH due AS (
+			SELECT dispute_id FROM `+table+` WHERE status = 'pending' AND next_attempt_at <= $1
+			ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED)
+		UPDATE `+table+` r SET attempts = r.attempts + 1, next_attempt_at = $2 FROM due
+		WHERE r.dispute_id = due.dispute_id AND r.status = 'pending' AND r.next_attempt_at <= $1
+		RETURNING `+qualified("r", reversalColumns), now.UTC(), now.Add(lease).UTC(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("claim reversals: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanReversal)
+	if err != nil {
+		return nil, fmt.Errorf("claim reversals: %w", err)
+	}
+	return out, nil
+}
+
+// RecordReversal implements Store.
+func (p *Postgres) RecordReversal(ctx context.Context, r Reversal) (bool, error) {
+	tag, err := dbtx.Q(ctx, p.pool).Exec(ctx, `UPDATE `+p.tables.table("dispute_reversals")+`
+		SET status = $3, next_attempt_at = $4, last_error = $5, reference = $6, completed_at = $7
+		WHERE dispute_id = $1 AND attempts = $2 AND status = 'pending'`,
+		r.DisputeID, r.Attempts, string(r.Status), r.NextAttemptAt.UTC(), r.LastError, r.Reference, r.CompletedAt)
+	if err != nil {
+		return false, fmt.Errorf("record reversal %s: %w", r.DisputeID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Reversal implements Store.
+func (p *Postgres) Reversal(ctx context.Context, disputeID string) (Reversal, bool, error) {
+	rows, err := p.pool.Query(ctx, `SELECT `+reversalColumns+` FROM `+p.tables.table("dispute_reversals")+` WHERE dispute_id = $1`, disputeID)
+	if err != nil {
+		return Reversal{}, false, fmt.Errorf("reversal %s: %w", disputeID, err)
+	}
+	r, err := pgx.CollectExactlyOneRow(rows, scanReversal)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Reversal{}, false, nil
+	}
+	if err != nil {
+		return Reversal{}, false, fmt.Errorf("reversal %s: %w", disputeID, err)
+	}
+	return r, true, nil
+}
+
+// PendingReversals implements Store.
+func (p *Postgres) PendingReversals(ctx context.Context) (int, error) {
+	var n int
+	if err := p.pool.QueryRow(ctx, `SELECT count(*) FROM `+p.tables.table("dispute_reversals")+` WHERE status = 'pending'`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("pending reversals: %w", err)
+	}
+	return n, nil
 }
 
 // EnqueueReview implements Store.
@@ -237,18 +390,32 @@ func (p *Postgres) Dispute(ctx context.Context, id string) (Dispute, error) {
 	return d, nil
 }
 
+func scanReminder(row pgx.CollectableRow) (Reminder, error) {
+	var r Reminder
+	if err := row.Scan(&r.DisputeID, &r.EventID, &r.TxnID, &r.TATDueAt, &r.RemindAt, &r.AutoReverse, &r.FiredAt); err != nil {
+		return Reminder{}, err
+	}
+	r.TATDueAt, r.RemindAt = r.TATDueAt.UTC(), r.RemindAt.UTC()
+	if r.FiredAt != nil {
+		t := r.FiredAt.UTC()
+		r.FiredAt = &t
+	}
+	return r, nil
+}
+
 // Reminder implements Store.
 func (p *Postgres) Reminder(ctx context.Context, disputeID string) (Reminder, bool, error) {
-	var r Reminder
-	err := p.pool.QueryRow(ctx, `SELECT dispute_id, event_id, txn_id, tat_due_at, remind_at, auto_reverse FROM `+p.tables.table("dispute_reminders")+` WHERE dispute_id = $1`, disputeID).
-		Scan(&r.DisputeID, &r.EventID, &r.TxnID, &r.TATDueAt, &r.RemindAt, &r.AutoReverse)
+	rows, err := p.pool.Query(ctx, `SELECT dispute_id, event_id, txn_id, tat_due_at, remind_at, auto_reverse, reminded_at FROM `+p.tables.table("dispute_reminders")+` WHERE dispute_id = $1`, disputeID)
+	if err != nil {
+		return Reminder{}, false, fmt.Errorf("reminder %s: %w", disputeID, err)
+	}
+	r, err := pgx.CollectExactlyOneRow(rows, scanReminder)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Reminder{}, false, nil
 	}
 	if err != nil {
 		return Reminder{}, false, fmt.Errorf("reminder %s: %w", disputeID, err)
 	}
-	r.TATDueAt, r.RemindAt = r.TATDueAt.UTC(), r.RemindAt.UTC()
 	return r, true, nil
 }
 
