@@ -304,9 +304,10 @@ type StackUp struct {
 type Realtime struct {
 	// Addr is the host:port of the SSE server; port 0 picks a free port.
 	Addr string `yaml:"addr" env:"ADDR" doc:"host:port of the SSE server (GET /realtime/{sessions,users,documents}/{id}, /realtime/demo)."`
-	// TokenSecretEnv names the variable holding the HMAC-SHA256 token
-	// secret (at least 32 bytes); the secret is never in configuration.
-	TokenSecretEnv string `yaml:"token_secret_env" env:"TOKEN_SECRET_ENV" doc:"Name of the environment variable holding the HMAC-SHA256 bearer-token secret, at least 32 bytes (never put in configuration)."`
+	// TokenSecretEnv names the variable holding the HS256 secret of the
+	// realtime JWTs (at least 32 bytes); the secret is never in
+	// configuration.
+	TokenSecretEnv string `yaml:"token_secret_env" env:"TOKEN_SECRET_ENV" doc:"Name of the environment variable holding the HS256 secret of the realtime bearer JWTs, at least 32 bytes (never put in configuration)."`
 	// Fanout is how events reach every instance: auto, none, rabbitmq or
 	// postgres.
 	Fanout string `yaml:"fanout" env:"FANOUT" doc:"How events reach every serve instance: auto (rabbitmq: fanout exchange + a queue per instance; sqs, postgres: PostgreSQL LISTEN/NOTIFY on postgres.dsn; memory: none needed), rabbitmq, postgres, or none (one instance)."`
