@@ -44,7 +44,7 @@ func serveFor(t *testing.T, d time.Duration, environ []string) (int, string) {
 // deployment) but warns, naming the variables that enable a route.
 func TestServeWarnsWhenNoRouteIsEnabled(t *testing.T) {
 	t.Parallel()
-	code, stderr := serveFor(t, 500*time.Millisecond, []string{"EVENTPIPE_ADMIN_ADDR="})
+	code, stderr := serveFor(t, 500*time.Millisecond, []string{"EVENTPIPE_ADMIN_ADDR=127.0.0.1:0"})
 	assert.Equal(t, cli.ExitOK, code, stderr)
 	assert.Contains(t, stderr, "no route is enabled")
 	for _, v := range []string{"EVENTPIPE_DEMO_ENABLED=true", "EVENTPIPE_INTERVIEWS_ENABLED=true", "EVENTPIPE_STACKUP_ENABLED=true",
@@ -53,7 +53,7 @@ func TestServeWarnsWhenNoRouteIsEnabled(t *testing.T) {
 	}
 	assert.Contains(t, stderr, "config/examples/rabbitmq.yaml")
 
-	code, stderr = serveFor(t, 500*time.Millisecond, []string{"EVENTPIPE_ADMIN_ADDR=", "EVENTPIPE_DEMO_ENABLED=true"})
+	code, stderr = serveFor(t, 500*time.Millisecond, []string{"EVENTPIPE_ADMIN_ADDR=127.0.0.1:0", "EVENTPIPE_DEMO_ENABLED=true"})
 	assert.Equal(t, cli.ExitOK, code, stderr)
 	assert.NotContains(t, stderr, "no route is enabled")
 }
