@@ -11,7 +11,7 @@ GOLANGCI_VERSION := v2.15.0
 TEST_TIMEOUT ?= 30m
 COMPOSE   := docker compose -f compose/docker-compose.yml
 
-.PHONY: definitions all build run test test-short services services-stop chromium socketio-client lint fmt up down clean help
+.PHONY: image definitions all build run test test-short services services-stop chromium socketio-client lint fmt up down clean help
 
 all: build
 
@@ -91,6 +91,9 @@ socketio-client: ## install the npm socket.io-client the booking gateway's inter
 
 definitions: ## regenerate compose/rabbitmq/definitions.json from config/topology/*.yaml
 	$(GO) run ./app/cmd/eventpipe topology export $(addprefix -f ,$(sort $(wildcard config/topology/*.yaml))) > compose/rabbitmq/definitions.json
+
+image: ## build the container image eventpipe:dev (Dockerfile; needs a Docker engine)
+	docker build --build-arg VERSION=$(VERSION) -t eventpipe:dev .
 
 up: ## start RabbitMQ, PostgreSQL and the SQS emulator with docker compose (needs a Docker engine)
 	$(COMPOSE) up -d --wait

@@ -73,6 +73,7 @@ EVENTPIPE_* environment variables; switch brokers with EVENTPIPE_BROKER.`,
 	root.AddCommand(e.dlqCmd())
 	root.AddCommand(e.drainCheckCmd())
 	root.AddCommand(e.adminCmd())
+	root.AddCommand(e.healthcheckCmd())
 	// The specs' own commands (eventpipe realtime token, …).
 	root.AddCommand(app.Commands(spec.CommandEnv{
 		Load:   e.load,
