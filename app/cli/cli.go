@@ -106,11 +106,16 @@ EVENTPIPE_* environment variables; switch brokers with EVENTPIPE_BROKER.`,
 	return ExitFailure
 }
 
-// load reads the configuration; any problem is a usage error (exit 2).
+// load reads the configuration; any problem is a usage error (exit 2). An
+// EVENTPIPE_* variable nothing reads is a warning on standard error, with
+// the variable it most likely means.
 func (e *env) load() (config.Config, error) {
 	cfg, err := config.Load(e.configPath, e.environ)
 	if err != nil {
 		return config.Config{}, usageError{err}
+	}
+	for _, u := range config.UnknownEnvVars(cfg, e.environ) {
+		_, _ = fmt.Fprintf(e.stderr, "eventpipe: warning: %s\n", u)
 	}
 	return cfg, nil
 }

@@ -162,3 +162,15 @@ func TestSpecCommandRealtimeToken(t *testing.T) {
 	r = run(t, env, "realtime", "token")
 	assert.Equal(t, cli.ExitUsage, r.code, "--user is required")
 }
+
+// A misspelt EVENTPIPE_* variable would silently do nothing: every command
+// that reads the configuration warns about it and names the likely one.
+func TestUnknownVariableWarns(t *testing.T) {
+	t.Parallel()
+	r := run(t, []string{"EVENTPIPE_BROKER=sqs", "EVENTPIPE_SQS_QUEUEPREFIX=stage-"}, "topology", "list", "-f", "../../config/topology/booking.yaml")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "eventpipe: warning: EVENTPIPE_SQS_QUEUEPREFIX is not a variable eventpipe reads; it is ignored; did you mean EVENTPIPE_SQS_QUEUE_PREFIX?")
+	assert.NotContains(t, r.stdout, "stage-", "ignored indeed")
+	r = run(t, []string{"EVENTPIPE_BROKER=sqs"}, "topology", "list", "-f", "../../config/topology/booking.yaml")
+	assert.NotContains(t, r.stderr, "warning")
+}
