@@ -565,12 +565,12 @@ const (
 type Telemetry struct {
 	// Exporter is where spans go: none, stdout or otlp (OTLP/HTTP). Default
 	// none: no spans are recorded and no traceparent is added.
-	Exporter string `yaml:"exporter" env:"EXPORTER" doc:"Where spans go: none, stdout or otlp (OTLP/HTTP); none records nothing."`
+	Exporter string `yaml:"exporter" env:"EXPORTER" doc:"Where spans go: none, stdout or otlp (OTLP/HTTP); none records nothing unless OTEL_TRACES_EXPORTER is set (the OTEL_* variables then configure the exporter)."`
 	// Endpoint is the OTLP/HTTP endpoint: host:port, spoken to in plain HTTP
 	// (a local collector), or an http(s):// URL. Required when exporter is otlp.
 	Endpoint string `yaml:"endpoint" env:"ENDPOINT" doc:"OTLP/HTTP endpoint: host:port (plain HTTP, e.g. localhost:4318) or an http(s):// URL; required when exporter is otlp."`
 	// ServiceName is the service.name of every span.
-	ServiceName string `yaml:"service_name" env:"SERVICE_NAME" doc:"service.name resource attribute of every span."`
+	ServiceName string `yaml:"service_name" env:"SERVICE_NAME" doc:"service.name resource attribute of every span; OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win."`
 	// SampleRatio is the fraction of new traces recorded; a trace continued
 	// from a traceparent follows its parent.
 	SampleRatio float64 `yaml:"sample_ratio" env:"SAMPLE_RATIO" doc:"Fraction of new traces recorded (more than 0, at most 1); continued traces follow their parent."`

@@ -96,7 +96,8 @@ these EVENTPIPE_* variables; the README describes every key.
 Also read: the secrets the *_env keys name (EVENTPIPE_ADMIN_TOKEN_SECRET,
 EVENTPIPE_REALTIME_TOKEN_SECRET, OPENAI_API_KEY, EVENTPIPE_JOINLINK_BULK_REGISTER_TOKEN
 by default), the AWS SDK's own variables (AWS_REGION, AWS_ENDPOINT_URL_SQS,
-AWS_PROFILE, AWS_ACCESS_KEY_ID, …) and the join-link spec's ENABLE_JOIN_LINK_* and
-AWS_SCHEDULER_* variables.`)
+AWS_PROFILE, AWS_ACCESS_KEY_ID, …), OpenTelemetry's (OTEL_SERVICE_NAME,
+OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_*, OTEL_TRACES_SAMPLER)
+and the join-link spec's ENABLE_JOIN_LINK_* and AWS_SCHEDULER_* variables.`)
 	return b.String()
 }

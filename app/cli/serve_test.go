@@ -27,6 +27,7 @@ func TestServeHelpListsEveryKeyAndVariable(t *testing.T) {
 		}
 	}
 	assert.Contains(t, r.stdout, "EVENTPIPE_REALTIME_TOKEN_SECRET,", "the secrets the *_env keys name")
+	assert.Contains(t, r.stdout, "OTEL_TRACES_EXPORTER", "the OpenTelemetry variables")
 }
 
 // serveFor runs serve with environ until it has run for d, and returns its
