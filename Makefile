@@ -11,7 +11,7 @@ GOLANGCI_VERSION := v2.15.0
 TEST_TIMEOUT ?= 30m
 COMPOSE   := docker compose -f compose/docker-compose.yml
 
-.PHONY: definitions all build run test test-short services services-stop chromium socketio-client asyncapi-parser amqp-peers lint fmt up down clean help
+.PHONY: image definitions all build run test test-short services services-stop chromium socketio-client asyncapi-parser amqp-peers lint fmt up down clean help
 
 all: build
 
@@ -21,15 +21,22 @@ help: ## list targets
 build: ## build bin/eventpipe
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./app/cmd/eventpipe
 
-run: build ## run the demo on the embedded memory broker (no services needed); Ctrl-C to stop
-	EVENTPIPE_CONFIG= EVENTPIPE_BROKER=memory EVENTPIPE_DEMO_ENABLED=true \
+# make run BROKER=rabbitmq|sqs|postgres: the same specs and sample traffic on
+# that broker, from config/examples/$(BROKER).yaml (make up or make services first).
+BROKER    ?= memory
+RUN_CONFIG = $(if $(filter memory,$(BROKER)),,config/examples/$(BROKER).yaml)
+# The AWS SDK signs every request; the emulator takes any keys.
+RUN_AWS    = $(if $(filter sqs,$(BROKER)),AWS_ACCESS_KEY_ID=$${AWS_ACCESS_KEY_ID:-test} AWS_SECRET_ACCESS_KEY=$${AWS_SECRET_ACCESS_KEY:-test})
+
+run: build ## run the demo and the specs on the embedded memory broker (no services needed; BROKER=rabbitmq|sqs|postgres to switch); Ctrl-C to stop
+	$(RUN_AWS) EVENTPIPE_CONFIG=$(RUN_CONFIG) EVENTPIPE_BROKER=$(BROKER) EVENTPIPE_DEMO_ENABLED=true \
 		EVENTPIPE_INTERVIEWS_ENABLED=true EVENTPIPE_INTERVIEWS_SAMPLE_TRAFFIC=true \
 		EVENTPIPE_STACKUP_ENABLED=true EVENTPIPE_STACKUP_SAMPLE_INTERVAL=3s \
 		EVENTPIPE_STACKUP_INTERNAL_API_KEY=make-run-demo-internal-api-key \
 		EVENTPIPE_STACKUP_TOKEN_KEY=bWFrZS1ydW4tZGVtby10b2tlbi1rZXktMzItYnl0ZXM= \
 		EVENTPIPE_DISPUTES_ENABLED=true EVENTPIPE_DISPUTES_SAMPLE_TRAFFIC=true \
 		EVENTPIPE_BOOKING_ENABLED=true EVENTPIPE_BOOKING_SAMPLE_TRAFFIC=true EVENTPIPE_BOOKING_GATEWAY_ADDR=127.0.0.1:8084 \
-		EVENTPIPE_JOINLINK_ENABLED=true EVENTPIPE_JOINLINK_SAMPLE_TRAFFIC=true EVENTPIPE_JOINLINK_ENABLE_SCHEDULER=true \
+		EVENTPIPE_JOINLINK_ENABLED=true EVENTPIPE_JOINLINK_SAMPLE_TRAFFIC=true EVENTPIPE_JOINLINK_ENABLE_SCHEDULER=$(if $(filter sqs,$(BROKER)),false,true) \
 		EVENTPIPE_REALTIME_TOKEN_SECRET=make-run-demo-secret-not-for-production-use \
 		EVENTPIPE_ADMIN_TOKEN_SECRET=make-run-demo-admin-secret-not-for-production ./$(BIN) serve
 
@@ -92,6 +99,9 @@ amqp-peers: ## install the foreign AMQP peers (aio-pika, amqplib) the StackUp in
 
 definitions: ## regenerate compose/rabbitmq/definitions.json from config/topology/*.yaml
 	$(GO) run ./app/cmd/eventpipe topology export $(addprefix -f ,$(sort $(wildcard config/topology/*.yaml))) > compose/rabbitmq/definitions.json
+
+image: ## build the container image eventpipe:dev (Dockerfile; needs a Docker engine)
+	docker build --build-arg VERSION=$(VERSION) -t eventpipe:dev .
 
 up: ## start RabbitMQ, PostgreSQL and the SQS emulator with docker compose (needs a Docker engine)
 	$(COMPOSE) up -d --wait

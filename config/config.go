@@ -353,9 +353,10 @@ type StackUp struct {
 type Realtime struct {
 	// Addr is the host:port of the SSE server; port 0 picks a free port.
 	Addr string `yaml:"addr" env:"ADDR" doc:"host:port of the SSE server (GET /realtime/{sessions,users,documents}/{id}, /realtime/demo)."`
-	// TokenSecretEnv names the variable holding the HMAC-SHA256 token
-	// secret (at least 32 bytes); the secret is never in configuration.
-	TokenSecretEnv string `yaml:"token_secret_env" env:"TOKEN_SECRET_ENV" doc:"Name of the environment variable holding the HMAC-SHA256 bearer-token secret, at least 32 bytes (never put in configuration)."`
+	// TokenSecretEnv names the variable holding the HS256 secret of the
+	// realtime JWTs (at least 32 bytes); the secret is never in
+	// configuration.
+	TokenSecretEnv string `yaml:"token_secret_env" env:"TOKEN_SECRET_ENV" doc:"Name of the environment variable holding the HS256 secret of the realtime bearer JWTs, at least 32 bytes (never put in configuration)."`
 	// Fanout is how events reach every instance: auto, none, rabbitmq or
 	// postgres.
 	Fanout string `yaml:"fanout" env:"FANOUT" doc:"How events reach every serve instance: auto (rabbitmq: fanout exchange + a queue per instance; sqs, postgres: PostgreSQL LISTEN/NOTIFY on postgres.dsn; memory: none needed), rabbitmq, postgres, or none (one instance)."`
@@ -613,12 +614,12 @@ const (
 type Telemetry struct {
 	// Exporter is where spans go: none, stdout or otlp (OTLP/HTTP). Default
 	// none: no spans are recorded and no traceparent is added.
-	Exporter string `yaml:"exporter" env:"EXPORTER" doc:"Where spans go: none, stdout or otlp (OTLP/HTTP); none records nothing."`
+	Exporter string `yaml:"exporter" env:"EXPORTER" doc:"Where spans go: none, stdout or otlp (OTLP/HTTP); none records nothing unless OTEL_TRACES_EXPORTER is set (the OTEL_* variables then configure the exporter)."`
 	// Endpoint is the OTLP/HTTP endpoint: host:port, spoken to in plain HTTP
 	// (a local collector), or an http(s):// URL. Required when exporter is otlp.
 	Endpoint string `yaml:"endpoint" env:"ENDPOINT" doc:"OTLP/HTTP endpoint: host:port (plain HTTP, e.g. localhost:4318) or an http(s):// URL; required when exporter is otlp."`
 	// ServiceName is the service.name of every span.
-	ServiceName string `yaml:"service_name" env:"SERVICE_NAME" doc:"service.name resource attribute of every span."`
+	ServiceName string `yaml:"service_name" env:"SERVICE_NAME" doc:"service.name resource attribute of every span; OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win."`
 	// SampleRatio is the fraction of new traces recorded; a trace continued
 	// from a traceparent follows its parent.
 	SampleRatio float64 `yaml:"sample_ratio" env:"SAMPLE_RATIO" doc:"Fraction of new traces recorded (more than 0, at most 1); continued traces follow their parent."`

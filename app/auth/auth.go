@@ -27,6 +27,7 @@ package auth
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -148,6 +149,25 @@ type claims struct {
 	Roles []string `json:"roles,omitempty"`
 }
 
+// claimsWith is claims that keep the raw payload, which VerifyWith decodes
+// into the caller's own claims once the signature has been checked.
+type claimsWith struct {
+	claims
+	extra any
+	raw   json.RawMessage
+}
+
+// UnmarshalJSON decodes the registered claims and "roles", and keeps b.
+func (c *claimsWith) UnmarshalJSON(b []byte) error {
+	if err := json.Unmarshal(b, &c.claims); err != nil {
+		return err
+	}
+	if c.extra != nil {
+		c.raw = slices.Clone(b)
+	}
+	return nil
+}
+
 // New builds a verifier from c. With a JWKSURL it fetches the key set once
 // before it returns; a set that cannot be fetched yet is logged and fetched
 // again with the next token or refresh (tokens are refused until then), so
@@ -182,6 +202,9 @@ func New(c Config) (*Verifier, error) {
 		jwt.WithTimeFunc(c.Now),
 		jwt.WithExpirationRequired(),
 		jwt.WithIssuedAt(),
+		// One token, one spelling: base64url with non-zero padding bits
+		// (a second spelling of the same signature) is malformed.
+		jwt.WithStrictDecoding(),
 	}
 	if c.Issuer != "" {
 		opts = append(opts, jwt.WithIssuer(c.Issuer))
@@ -250,12 +273,26 @@ func (v *Verifier) Close() { v.close() }
 
 // Verify checks token and returns its principal, or a *TokenError.
 func (v *Verifier) Verify(token string) (Principal, error) {
+	return v.VerifyWith(token, nil)
+}
+
+// VerifyWith checks token as Verify does and also decodes its payload into
+// extra, a pointer to a struct of the caller's own claims (realtime tokens'
+// "sessions" and "documents"), when extra is not nil. A payload that does not
+// decode into extra is a malformed token; extra is written only when the
+// token is valid.
+func (v *Verifier) VerifyWith(token string, extra any) (Principal, error) {
 	if len(token) > MaxTokenLen {
 		return Principal{}, &TokenError{Reason: "token is too long", Err: fmt.Errorf("%d bytes, more than %d", len(token), MaxTokenLen)}
 	}
-	var c claims
+	c := claimsWith{extra: extra}
 	if _, err := v.parser.ParseWithClaims(token, &c, v.key); err != nil {
 		return Principal{}, &TokenError{Reason: reason(err), Err: err}
+	}
+	if extra != nil {
+		if err := json.Unmarshal(c.raw, extra); err != nil {
+			return Principal{}, &TokenError{Reason: jwt.ErrTokenMalformed.Error(), Err: err}
+		}
 	}
 	if c.Subject == "" {
 		return Principal{}, &TokenError{Reason: "token has no sub", Err: jwt.ErrTokenRequiredClaimMissing}

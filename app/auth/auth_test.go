@@ -324,3 +324,55 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// VerifyWith hands a valid token's own claims to the caller; a payload whose
+// own claims do not decode, or a token that is not valid, leaves them unset.
+func TestVerifyWithExtraClaims(t *testing.T) {
+	t.Parallel()
+	v, err := auth.New(auth.Config{Secret: secret, Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	type own struct {
+		Sessions []int64 `json:"sessions"`
+	}
+	tok := sign(t, jwt.SigningMethodHS256, secret, "", valid(jwt.MapClaims{"sessions": []int64{7, 9}}))
+	var got own
+	p, err := v.VerifyWith(tok, &got)
+	require.NoError(t, err)
+	assert.Equal(t, "42", p.Subject)
+	assert.Equal(t, []int64{7, 9}, got.Sessions)
+
+	bad := sign(t, jwt.SigningMethodHS256, secret, "", valid(jwt.MapClaims{"sessions": "7"}))
+	got = own{}
+	_, err = v.VerifyWith(bad, &got)
+	var te *auth.TokenError
+	require.ErrorAs(t, err, &te)
+	assert.Equal(t, jwt.ErrTokenMalformed.Error(), te.Reason)
+
+	other := sign(t, jwt.SigningMethodHS256, []byte("another-secret-of-at-least-32-bytes!!"), "", valid(jwt.MapClaims{"sessions": []int64{7}}))
+	got = own{}
+	_, err = v.VerifyWith(other, &got)
+	require.ErrorAs(t, err, &te)
+	assert.Nil(t, got.Sessions, "claims of a token with a bad signature are never handed out")
+}
+
+// SignHS256 signs any claims type; what it signs, a Verifier with the same
+// secret accepts.
+func TestSignHS256(t *testing.T) {
+	t.Parallel()
+	type own struct {
+		jwt.RegisteredClaims
+		Documents []int64 `json:"documents"`
+	}
+	c := own{RegisteredClaims: jwt.RegisteredClaims{Subject: "5", ExpiresAt: jwt.NewNumericDate(now.Add(time.Minute))}, Documents: []int64{3}}
+	tok, err := auth.SignHS256(secret, c)
+	require.NoError(t, err)
+	v, err := auth.New(auth.Config{Secret: secret, Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	var got own
+	p, err := v.VerifyWith(tok, &got)
+	require.NoError(t, err)
+	assert.Equal(t, "5", p.Subject)
+	assert.Equal(t, []int64{3}, got.Documents)
+	_, err = auth.SignHS256([]byte("short"), c)
+	require.ErrorContains(t, err, "at least 32")
+}

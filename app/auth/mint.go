@@ -48,7 +48,19 @@ func MintHS256(secret []byte, c Claims) (string, error) {
 	if c.Audience != "" {
 		rc.Audience = jwt.ClaimStrings{c.Audience}
 	}
-	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims{RegisteredClaims: rc, Roles: c.Roles}).SignedString(secret)
+	return SignHS256(secret, claims{RegisteredClaims: rc, Roles: c.Roles})
+}
+
+// SignHS256 signs c, any claims type (typically a struct embedding
+// jwt.RegisteredClaims with claims of its own, such as realtime tokens'
+// "sessions"), as an HS256 JWT with secret (at least MinSecretLen bytes): the
+// one signing path of MintHS256 and the realtime tokens, which a Verifier
+// with the same secret checks.
+func SignHS256(secret []byte, c jwt.Claims) (string, error) {
+	if len(secret) < MinSecretLen {
+		return "", fmt.Errorf("mint token: the secret holds %d bytes, want at least %d", len(secret), MinSecretLen)
+	}
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(secret)
 	if err != nil {
 		return "", fmt.Errorf("mint token: %w", err)
 	}

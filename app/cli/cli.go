@@ -75,6 +75,7 @@ EVENTPIPE_* environment variables; switch brokers with EVENTPIPE_BROKER.`,
 	root.AddCommand(e.drainCheckCmd())
 	root.AddCommand(e.catalogCmd())
 	root.AddCommand(e.adminCmd())
+	root.AddCommand(e.healthcheckCmd())
 	// The specs' own commands (eventpipe realtime token, …).
 	root.AddCommand(app.Commands(spec.CommandEnv{
 		Load:   e.load,
@@ -107,11 +108,16 @@ EVENTPIPE_* environment variables; switch brokers with EVENTPIPE_BROKER.`,
 	return ExitFailure
 }
 
-// load reads the configuration; any problem is a usage error (exit 2).
+// load reads the configuration; any problem is a usage error (exit 2). An
+// EVENTPIPE_* variable nothing reads is a warning on standard error, with
+// the variable it most likely means.
 func (e *env) load() (config.Config, error) {
 	cfg, err := config.Load(e.configPath, e.environ)
 	if err != nil {
 		return config.Config{}, usageError{err}
+	}
+	for _, u := range config.UnknownEnvVars(cfg, e.environ) {
+		_, _ = fmt.Fprintf(e.stderr, "eventpipe: warning: %s\n", u)
 	}
 	return cfg, nil
 }

@@ -126,11 +126,18 @@ func TestPublishArgumentErrors(t *testing.T) {
 	}
 }
 
-func TestPublishOnMemory(t *testing.T) {
+// The memory broker lives inside one process: a message `eventpipe publish`
+// sent there would reach no one, so publish refuses and says what to do.
+func TestPublishRefusedOnMemory(t *testing.T) {
 	t.Parallel()
-	r := run(t, []string{"EVENTPIPE_BROKER=memory"}, "publish", "-t", "demo.greetings", "-b", `{"name":"Ada"}`, "-m", "x-trace-id=abc123", "--id", "m-1")
-	require.Equal(t, cli.ExitOK, r.code, r.stderr)
-	assert.Contains(t, r.stdout, "published m-1 to demo.greetings on memory (trace abc123)")
+	for _, environ := range [][]string{nil, {"EVENTPIPE_BROKER=memory"}} {
+		r := run(t, environ, "publish", "-t", "demo.greetings", "-b", `{"name":"Ada"}`, "-m", "x-trace-id=abc123", "--id", "m-1")
+		assert.Equal(t, cli.ExitUsage, r.code, r.stderr)
+		assert.Empty(t, r.stdout, "nothing published")
+		assert.Contains(t, r.stderr, "broker.kind is memory")
+		assert.Contains(t, r.stderr, "nothing sent")
+		assert.Contains(t, r.stderr, "EVENTPIPE_BROKER=rabbitmq")
+	}
 }
 
 // A spec that cannot be built from its configuration stops serve with the
@@ -154,4 +161,16 @@ func TestSpecCommandRealtimeToken(t *testing.T) {
 	assert.NotEmpty(t, strings.TrimSpace(r.stdout))
 	r = run(t, env, "realtime", "token")
 	assert.Equal(t, cli.ExitUsage, r.code, "--user is required")
+}
+
+// A misspelt EVENTPIPE_* variable would silently do nothing: every command
+// that reads the configuration warns about it and names the likely one.
+func TestUnknownVariableWarns(t *testing.T) {
+	t.Parallel()
+	r := run(t, []string{"EVENTPIPE_BROKER=sqs", "EVENTPIPE_SQS_QUEUEPREFIX=stage-"}, "topology", "list", "-f", "../../config/topology/booking.yaml")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "eventpipe: warning: EVENTPIPE_SQS_QUEUEPREFIX is not a variable eventpipe reads; it is ignored; did you mean EVENTPIPE_SQS_QUEUE_PREFIX?")
+	assert.NotContains(t, r.stdout, "stage-", "ignored indeed")
+	r = run(t, []string{"EVENTPIPE_BROKER=sqs"}, "topology", "list", "-f", "../../config/topology/booking.yaml")
+	assert.NotContains(t, r.stderr, "warning")
 }

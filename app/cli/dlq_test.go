@@ -41,7 +41,9 @@ func TestDLQUsageErrors(t *testing.T) {
 func TestPublishTakesTheIDsFromTheBody(t *testing.T) {
 	t.Parallel()
 	body := `{"messageId":"smoke-1","messageType":"analyze.resume","version":"v1","traceId":"local-test","publishedAt":"2026-04-27T15:00:00Z","publisher":"manual","payload":{"resumeId":1,"filePath":"resumes/raw/1/test.pdf","analyzedDocumentId":1},"context":{"userId":1}}`
-	r := run(t, []string{"EVENTPIPE_STACKUP_ENABLED=true", "EVENTPIPE_ADMIN_ADDR="}, "publish", "--topic", "stackup.core-to-ai/analyze.resume", "--body", body)
+	// On a real broker (a schema of its own): publish refuses the memory one.
+	environ := []string{"EVENTPIPE_BROKER=postgres", "EVENTPIPE_POSTGRES_DSN=" + testenv.PostgresDSN(t), "EVENTPIPE_POSTGRES_SCHEMA=" + testbrokers.Scope(t, "postgres")}
+	r := run(t, append(environ, "EVENTPIPE_STACKUP_ENABLED=true", "EVENTPIPE_ADMIN_ADDR="), "publish", "--topic", "stackup.core-to-ai/analyze.resume", "--body", body)
 	assert.Equal(t, cli.ExitOK, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "published smoke-1 to stackup.core-to-ai/analyze.resume")
 	assert.Contains(t, r.stdout, "(trace local-test)")

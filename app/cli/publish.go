@@ -17,7 +17,16 @@ import (
 	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/topology"
+	"github.com/eventpipe/eventpipe/config"
 )
+
+// errMemoryPublish refuses publish on the memory broker: the broker lives
+// inside this one process, which consumes nothing, so the message would
+// reach no one (a running serve has a memory broker of its own).
+var errMemoryPublish = errors.New("broker.kind is memory: the in-process broker lives only as long as this command, " +
+	"and nothing in it consumes, so the message would reach no one (nothing sent); publish to the broker a serve " +
+	"process uses (EVENTPIPE_BROKER=rabbitmq, sqs or postgres), or let serve's own producers send on memory " +
+	"(demo.enabled, <spec>.sample_traffic; make run)")
 
 // publishConnectTimeout bounds how long publish waits for an unreachable
 // broker when serve.connect_timeout is 0 (serve's "forever").
@@ -37,8 +46,11 @@ func (e *env) publishCmd() *cobra.Command {
 The body is checked first by the decoder of the route that consumes QUEUE; a body
 that route would reject is refused and nothing is sent. --raw skips the check
 (for queues eventpipe does not consume). A trace id is added (x-trace-id) unless
---metadata sets one.`,
-		Example: `  eventpipe publish --topic demo.greetings --body '{"name":"Ada"}'
+--metadata sets one.
+
+On the memory broker (the default) publish refuses: that broker lives inside one
+process, and this one consumes nothing.`,
+		Example: `  EVENTPIPE_BROKER=rabbitmq eventpipe publish --topic demo.greetings --body '{"name":"Ada"}'
   EVENTPIPE_BROKER=rabbitmq eventpipe publish -t demo.greetings -f greeting.json -m x-trace-id=abc123`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -88,6 +100,9 @@ that route would reject is refused and nothing is sent. --raw skips the check
 			msg.UUID = id
 			if msg.Metadata.Get(metadata.TraceIDKey) == "" {
 				msg.Metadata.Set(metadata.TraceIDKey, msgctx.NewTraceID())
+			}
+			if cfg.Broker.Kind == config.KindMemory {
+				return usageError{errMemoryPublish}
 			}
 			if cfg.Serve.ConnectTimeout == 0 {
 				cfg.Serve.ConnectTimeout = publishConnectTimeout

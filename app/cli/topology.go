@@ -35,7 +35,7 @@ queues, and bindings; SQS queues with their dead-letter queues, redrive policies
 The memory broker has nothing to provision; PostgreSQL gets one table per queue.`,
 		Args: noArgs,
 	}
-	cmd.AddCommand(e.topologyPlanCmd(), e.topologyApplyCmd(), e.topologyExportCmd())
+	cmd.AddCommand(e.topologyPlanCmd(), e.topologyApplyCmd(), e.topologyExportCmd(), e.topologyListCmd())
 	return cmd
 }
 

@@ -1,6 +1,11 @@
 // Package telemetry builds eventpipe's OpenTelemetry tracer provider from a
 // Config: no exporter (the default, a no-op provider that costs nothing),
-// stdout, or OTLP over HTTP.
+// stdout, or OTLP over HTTP — or, when Config leaves the exporter at none and
+// OTEL_TRACES_EXPORTER is set, what the standard OTEL_* variables say
+// (decision 0027): the SDK's autoexport picks the exporter and protocol,
+// its resource detector reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES
+// (always, over Config.ServiceName), and its sampler OTEL_TRACES_SAMPLER
+// (unless Config.SampleRatio is set). Nothing here parses them itself.
 //
 // It never touches OpenTelemetry's globals (otel.SetTracerProvider,
 // otel.SetTextMapPropagator): the composition root passes the provider to
@@ -20,8 +25,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/url"
+	"os"
 	"strings"
 
+	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -140,7 +147,19 @@ func Setup(ctx context.Context, cfg Config, w io.Writer) (tp trace.TracerProvide
 	var exporter sdktrace.SpanExporter
 	switch cfg.Exporter {
 	case ExporterNone:
-		return noop.NewTracerProvider(), func(context.Context) error { return nil }, nil
+		if os.Getenv("OTEL_TRACES_EXPORTER") == "" {
+			return noop.NewTracerProvider(), func(context.Context) error { return nil }, nil
+		}
+		// The OpenTelemetry variables choose: OTEL_TRACES_EXPORTER (otlp,
+		// console, none), OTEL_EXPORTER_OTLP_PROTOCOL (http/protobuf,
+		// grpc), the OTLP exporters' own OTEL_EXPORTER_OTLP_* — read by
+		// the SDK's autoexport, not by us.
+		if exporter, err = autoexport.NewSpanExporter(ctx); err != nil {
+			return nil, nil, fmt.Errorf("telemetry: OTEL_TRACES_EXPORTER: %w", err)
+		}
+		if autoexport.IsNoneSpanExporter(exporter) {
+			return noop.NewTracerProvider(), func(context.Context) error { return nil }, nil
+		}
 	case ExporterStdout:
 		if w == nil {
 			return nil, nil, errors.New("telemetry: the stdout exporter needs a writer")
@@ -154,24 +173,31 @@ func Setup(ctx context.Context, cfg Config, w io.Writer) (tp trace.TracerProvide
 		return nil, nil, fmt.Errorf("telemetry: %s exporter: %w", cfg.Exporter, err)
 	}
 
-	// resource.New without WithFromEnv: the service name is configuration,
-	// not whatever OTEL_SERVICE_NAME happens to say.
+	// The configured service name, then what the OpenTelemetry variables
+	// say (OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME, read by the SDK's
+	// own detector), which win: the standard way to name a deployment.
 	res, err := resource.New(ctx,
 		resource.WithSchemaURL(semconv.SchemaURL),
 		resource.WithTelemetrySDK(),
 		resource.WithAttributes(semconv.ServiceName(cfg.ServiceName)),
+		resource.WithFromEnv(),
 	)
 	if err != nil {
 		_ = exporter.Shutdown(ctx)
 		return nil, nil, fmt.Errorf("telemetry: resource: %w", err)
 	}
 
-	provider := sdktrace.NewTracerProvider(
+	opts := []sdktrace.TracerProviderOption{
 		sdktrace.WithBatcher(exporter),
 		sdktrace.WithResource(res),
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.SampleRatio))),
 		sdktrace.WithIDGenerator(IDGenerator()),
-	)
+	}
+	// OTEL_TRACES_SAMPLER (and its _ARG), read by the SDK, decides unless
+	// the configuration asks for a ratio of its own.
+	if os.Getenv("OTEL_TRACES_SAMPLER") == "" || cfg.SampleRatio != 1 {
+		opts = append(opts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.SampleRatio))))
+	}
+	provider := sdktrace.NewTracerProvider(opts...)
 	return provider, provider.Shutdown, nil
 }
 

@@ -8,7 +8,9 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -16,6 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/telemetry"
@@ -206,4 +210,92 @@ func TestIDGenerator(t *testing.T) {
 			assert.NotEqual(t, sid, gen.NewSpanID(ctx, tid), "span ids never repeat")
 		})
 	}
+}
+
+// collectorRequests is an OTLP/HTTP collector standing in for a real one: it
+// decodes every export request.
+func collectorRequests(t *testing.T) (string, func() []*coltracepb.ExportTraceServiceRequest) {
+	t.Helper()
+	var (
+		mu   sync.Mutex
+		reqs []*coltracepb.ExportTraceServiceRequest
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		assert.NoError(t, err)
+		var req coltracepb.ExportTraceServiceRequest
+		assert.NoError(t, proto.Unmarshal(body, &req), "path %s", r.URL.Path)
+		mu.Lock()
+		reqs = append(reqs, &req)
+		mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, func() []*coltracepb.ExportTraceServiceRequest {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(reqs)
+	}
+}
+
+// resourceAttrs are the string attributes of a request's first resource.
+func resourceAttrs(req *coltracepb.ExportTraceServiceRequest) map[string]string {
+	out := map[string]string{}
+	for _, kv := range req.GetResourceSpans()[0].GetResource().GetAttributes() {
+		out[kv.GetKey()] = kv.GetValue().GetStringValue()
+	}
+	return out
+}
+
+// With the exporter left at none, the standard OTEL_* variables configure
+// tracing, read by the SDK itself: the exporter and its endpoint, the
+// service name and resource attributes, the sampler. (Not parallel: the
+// process environment is what they are read from.)
+func TestSetupFromOTELVariables(t *testing.T) {
+	url, requests := collectorRequests(t)
+	t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url)
+	t.Setenv("OTEL_SERVICE_NAME", "billing-events")
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment.name=stage,service.version=1.2.3")
+
+	tp, shutdown, err := telemetry.Setup(context.Background(), telemetry.Config{}, nil)
+	require.NoError(t, err)
+	_, span := tp.Tracer("test").Start(context.Background(), "work")
+	assert.True(t, span.SpanContext().IsSampled())
+	span.End()
+	require.NoError(t, shutdown(context.Background()))
+	reqs := requests()
+	require.Len(t, reqs, 1, "the span reached the collector OTEL_EXPORTER_OTLP_ENDPOINT names")
+	attrs := resourceAttrs(reqs[0])
+	assert.Equal(t, "billing-events", attrs["service.name"], "OTEL_SERVICE_NAME over the configured default")
+	assert.Equal(t, "stage", attrs["deployment.environment.name"])
+	assert.Equal(t, "1.2.3", attrs["service.version"])
+
+	// OTEL_TRACES_SAMPLER decides when the configuration sets no ratio.
+	t.Setenv("OTEL_TRACES_SAMPLER", "always_off")
+	tp, shutdown, err = telemetry.Setup(context.Background(), telemetry.Config{}, nil)
+	require.NoError(t, err)
+	_, span = tp.Tracer("test").Start(context.Background(), "work")
+	assert.False(t, span.SpanContext().IsSampled(), "always_off")
+	span.End()
+	require.NoError(t, shutdown(context.Background()))
+
+	// OTEL_TRACES_EXPORTER=none: the no-op provider, as with no variable.
+	t.Setenv("OTEL_TRACES_EXPORTER", "none")
+	tp, _, err = telemetry.Setup(context.Background(), telemetry.Config{}, nil)
+	require.NoError(t, err)
+	assert.IsType(t, noop.TracerProvider{}, tp)
+
+	// An exporter the configuration names wins over OTEL_TRACES_EXPORTER.
+	t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
+	t.Setenv("OTEL_TRACES_SAMPLER", "")
+	var out bytes.Buffer
+	tp, shutdown, err = telemetry.Setup(context.Background(), telemetry.Config{Exporter: "stdout", SampleRatio: 1}, &out)
+	require.NoError(t, err)
+	_, span = tp.Tracer("test").Start(context.Background(), "configured")
+	span.End()
+	require.NoError(t, shutdown(context.Background()))
+	assert.Contains(t, out.String(), `"configured"`)
+	assert.Contains(t, out.String(), "billing-events", "the variables still name the service")
 }

@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/oklog/ulid"
+	"github.com/oklog/ulid/v2"
 )
 
 // SampleTraffic is the embedded mode's demo of this spec (`make run`): one

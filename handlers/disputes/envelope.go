@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/oklog/ulid"
+	"github.com/oklog/ulid/v2"
 
 	"github.com/eventpipe/eventpipe/app/jsonfields"
 	"github.com/eventpipe/eventpipe/app/metadata"

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
@@ -38,9 +40,10 @@ func chromium(t *testing.T) string {
 
 // shownEvent is one list item of the demo page.
 type shownEvent struct {
-	Type string `json:"type"`
-	ID   string `json:"id"`
-	Text string `json:"text"`
+	Channel string `json:"channel"`
+	Type    string `json:"type"`
+	ID      string `json:"id"`
+	Text    string `json:"text"`
 }
 
 // TestDemoPageInChromium opens the demo page in headless Chromium on every
@@ -59,24 +62,7 @@ func TestDemoPageInChromium(t *testing.T) {
 			other := newID()
 			tok := token(t, realtime.Claims{UserID: id, Sessions: []int64{id, other}})
 
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			alloc, cancelAlloc := chromedp.NewExecAllocator(ctx,
-				chromedp.ExecPath(bin),
-				chromedp.Headless,
-				chromedp.NoSandbox,
-				chromedp.DisableGPU,
-				chromedp.NoFirstRun,
-				chromedp.NoDefaultBrowserCheck,
-				chromedp.UserDataDir(t.TempDir()),
-				chromedp.Flag("disable-background-networking", true),
-				chromedp.Flag("disable-component-update", true),
-				chromedp.Flag("disable-sync", true),
-				chromedp.Flag("disable-dev-shm-usage", true),
-			)
-			defer cancelAlloc()
-			browser, cancelBrowser := chromedp.NewContext(alloc)
-			defer cancelBrowser()
+			browser := newBrowser(t, bin)
 
 			page := fmt.Sprintf("%s/realtime/demo?session=%d#token=%s", inst.http.URL, id, tok)
 			require.NoError(t, chromedp.Do(browser,
@@ -93,16 +79,99 @@ func TestDemoPageInChromium(t *testing.T) {
 				chromedp.Poll[chromedp.Void](`document.querySelectorAll("#events li").length >= 3`, chromedp.WithPollingTimeout(30*time.Second)),
 			), "the page shows the events")
 			shown, err := chromedp.Run(browser, chromedp.Evaluate[[]shownEvent](
-				`[...document.querySelectorAll("#events li")].map(li => ({type: li.dataset.type, id: li.dataset.id, text: li.textContent}))`))
+				shownJS))
 			require.NoError(t, err)
 			// The page listens to the types the server configured (FENCE
 			// added by the test); the other session's event is not there.
 			require.Len(t, shown, 3, "%v", shown)
+			ch := fmt.Sprintf("session %d", id)
 			assert.ElementsMatch(t, []shownEvent{
-				{Type: "FENCE", ID: m3, Text: "FENCE null"},
-				{Type: "question.created", ID: m1, Text: `question.created {"questionId":41}`},
-				{Type: "SESSION_MESSAGE_DELTA", ID: m2, Text: `SESSION_MESSAGE_DELTA {"messageId":7,"seq":1,"text":"안녕"}`},
+				{Channel: ch, Type: "FENCE", ID: m3, Text: ch + " FENCE null"},
+				{Channel: ch, Type: "question.created", ID: m1, Text: ch + ` question.created {"questionId":41}`},
+				{Channel: ch, Type: "SESSION_MESSAGE_DELTA", ID: m2, Text: ch + ` SESSION_MESSAGE_DELTA {"messageId":7,"seq":1,"text":"안녕"}`},
 			}, shown)
 		})
 	}
+}
+
+// shownJS reads the demo page's list.
+const shownJS = `[...document.querySelectorAll("#events li")].map(li => ({channel: li.dataset.channel, type: li.dataset.type, id: li.dataset.id, text: li.textContent}))`
+
+// newBrowser starts headless Chromium for one test; it ends with the test.
+func newBrowser(t *testing.T, bin string) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx,
+		chromedp.ExecPath(bin),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+	)
+	t.Cleanup(cancelAlloc)
+	browser, cancelBrowser := chromedp.NewContext(alloc)
+	t.Cleanup(cancelBrowser)
+	return browser
+}
+
+// readmeDemo is how the README tells a reader to open the demo page during
+// `make run`: the page's query and the token command's flags.
+var readmeDemo = regexp.MustCompile(`/realtime/demo\?session=(\d+)#token=\$\(bin/eventpipe realtime token --user (\d+) --session (\d+)\)`)
+
+// TestDemoPageAsTheREADMEOpensIt opens the page exactly as the README says
+// (its URL and its token command's user and session, read from README.md)
+// and checks that it shows what `make run`'s StackUp sample traffic sends:
+// the sample requests are user 1's with a fresh session each, so their
+// notifications reach the user channel (DOC_STATE, ANALYSIS_PROGRESS), which
+// the page shows next to the session's.
+func TestDemoPageAsTheREADMEOpensIt(t *testing.T) {
+	t.Parallel()
+	bin := chromium(t)
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	m := readmeDemo.FindSubmatch(readme)
+	require.NotNil(t, m, "README.md names the demo page's URL and token command (%s)", readmeDemo)
+	session, user, tokenSession := must(strconv.ParseInt(string(m[1]), 10, 64)), must(strconv.ParseInt(string(m[2]), 10, 64)), must(strconv.ParseInt(string(m[3]), 10, 64))
+	require.Equal(t, session, tokenSession, "the README's token covers the session its URL opens")
+
+	// The memory broker (make run's): in process, so ids 1 collide with no
+	// other test.
+	c := newCluster(t, "memory", clusterOptions{instances: 1})
+	inst := c.instances[0]
+	tok := token(t, realtime.Claims{UserID: user, Sessions: []int64{tokenSession}})
+	browser := newBrowser(t, bin)
+	page := fmt.Sprintf("%s/realtime/demo?session=%d#token=%s", inst.http.URL, session, tok)
+	require.NoError(t, chromedp.Do(browser,
+		chromedp.Navigate(page),
+		chromedp.Poll[chromedp.Void](`document.getElementById("status").textContent === "connected"`, chromedp.WithPollingTimeout(30*time.Second)),
+	), "the page connects")
+
+	// What the sample round trip sends user 1 (a document's state, a
+	// session of its own), and a notification of the README's session.
+	m1 := c.notify(t, catalog.RealtimeUserNotify, envelope.Context{UserID: ptr(user)}, "DOC_STATE", map[string]any{"documentId": 77, "state": "ANALYZED"})
+	m2 := c.notify(t, catalog.RealtimeSessionNotify, envelope.Context{SessionID: ptr(session)}, "question.created", map[string]any{"questionId": 1})
+	require.NoError(t, chromedp.Do(browser,
+		chromedp.Poll[chromedp.Void](`document.querySelectorAll("#events li").length >= 2`, chromedp.WithPollingTimeout(30*time.Second)),
+	), "the page shows the events")
+	shown, err := chromedp.Run(browser, chromedp.Evaluate[[]shownEvent](shownJS))
+	require.NoError(t, err)
+	u, s := fmt.Sprintf("user %d", user), fmt.Sprintf("session %d", session)
+	assert.ElementsMatch(t, []shownEvent{
+		{Channel: u, Type: "DOC_STATE", ID: m1, Text: u + ` DOC_STATE {"documentId":77,"state":"ANALYZED"}`},
+		{Channel: s, Type: "question.created", ID: m2, Text: s + ` question.created {"questionId":1}`},
+	}, shown)
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

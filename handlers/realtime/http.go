@@ -16,7 +16,7 @@ import (
 //	GET /realtime/sessions/{id}   session channel  (realtime.session.notify)
 //	GET /realtime/users/{id}      user channel     (realtime.user.notify)
 //	GET /realtime/documents/{id}  document channel (realtime.document.notify)
-//	GET /realtime/demo            demo page (a session channel, EventSource)
+//	GET /realtime/demo            demo page (the user channel and a session channel, EventSource)
 //
 // A stream needs a bearer token, in the Authorization header or — because
 // EventSource cannot set headers — in the access_token query parameter

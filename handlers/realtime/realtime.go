@@ -18,7 +18,7 @@
 //     bounded buffers, and keeps a short window per channel for
 //     Last-Event-ID resume;
 //   - Handler serves GET /realtime/{sessions,users,documents}/{id} behind a
-//     bearer token (HMACVerifier) and the demo page /realtime/demo.
+//     bearer JWT (HMACVerifier, HS256) and the demo page /realtime/demo.
 //
 // Volatile events (ANALYSIS_PROGRESS, SESSION_MESSAGE_DELTA,
 // SESSION_MESSAGE_AUDIO, QUESTION_POOL_PROGRESS, FEEDBACK_PROGRESS) are fire

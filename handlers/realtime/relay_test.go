@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -140,9 +141,51 @@ func TestTokens(t *testing.T) {
 	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 	last := strings.IndexByte(alphabet, tok[len(tok)-1])
 	sameBits := alphabet[last^1]
-	for _, bad := range []string{"", ".", "a.b", tok + "x", "x" + tok, tok[:len(tok)-1] + string(sameBits)} {
+	for _, bad := range []string{"", ".", "a.b", "a.b.c", tok + "x", "x" + tok, tok[:len(tok)-1] + string(sameBits)} {
 		_, err := v.Verify(bad)
 		require.ErrorIs(t, err, realtime.ErrInvalidToken, bad)
+	}
+}
+
+// The tokens are standard JWTs: what a Core mints with its own JWT library
+// (here golang-jwt, as a Spring Core would with jjwt) is accepted, MintToken's
+// tokens carry exactly the documented claims, and the algorithm is pinned.
+func TestTokensAreJWTs(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_800_000_000, 0)
+	v := realtime.HMACVerifier{Secret: testSecret, Now: func() time.Time { return now }}
+	mint := func(method jwt.SigningMethod, key any, claims jwt.MapClaims) string {
+		s, err := jwt.NewWithClaims(method, claims).SignedString(key)
+		require.NoError(t, err)
+		return s
+	}
+	exp := now.Add(time.Minute).Unix()
+	foreign := mint(jwt.SigningMethodHS256, testSecret, jwt.MapClaims{"sub": "12", "sessions": []int64{3, 4}, "documents": []int64{5}, "exp": exp, "iat": now.Unix()})
+	got, err := v.Verify(foreign)
+	require.NoError(t, err)
+	assert.Equal(t, realtime.Claims{UserID: 12, Sessions: []int64{3, 4}, Documents: []int64{5}, Expires: exp}, got)
+
+	tok, err := realtime.MintToken(testSecret, realtime.Claims{UserID: 12, Sessions: []int64{3}, Expires: exp})
+	require.NoError(t, err)
+	parsed, err := jwt.Parse(tok, func(*jwt.Token) (any, error) { return testSecret, nil },
+		jwt.WithValidMethods([]string{"HS256"}), jwt.WithTimeFunc(func() time.Time { return now }))
+	require.NoError(t, err, "a standard JWT library verifies MintToken's tokens")
+	assert.Equal(t, "JWT", parsed.Header["typ"])
+	assert.Equal(t, jwt.MapClaims{"sub": "12", "sessions": []any{3.0}, "exp": float64(exp)}, parsed.Claims)
+
+	for name, bad := range map[string]string{
+		"alg none":         mint(jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, jwt.MapClaims{"sub": "12", "exp": exp}),
+		"HS384":            mint(jwt.SigningMethodHS384, testSecret, jwt.MapClaims{"sub": "12", "exp": exp}),
+		"no exp":           mint(jwt.SigningMethodHS256, testSecret, jwt.MapClaims{"sub": "12"}),
+		"numeric sub":      mint(jwt.SigningMethodHS256, testSecret, jwt.MapClaims{"sub": 12, "exp": exp}),
+		"sub not a number": mint(jwt.SigningMethodHS256, testSecret, jwt.MapClaims{"sub": "ada", "exp": exp}),
+		"sub zero":         mint(jwt.SigningMethodHS256, testSecret, jwt.MapClaims{"sub": "0", "exp": exp}),
+		"no sub":           mint(jwt.SigningMethodHS256, testSecret, jwt.MapClaims{"exp": exp}),
+		"sessions strings": mint(jwt.SigningMethodHS256, testSecret, jwt.MapClaims{"sub": "12", "sessions": []string{"3"}, "exp": exp}),
+		"not yet valid":    mint(jwt.SigningMethodHS256, testSecret, jwt.MapClaims{"sub": "12", "nbf": now.Add(time.Minute).Unix(), "exp": exp}),
+	} {
+		_, err := v.Verify(bad)
+		require.ErrorIs(t, err, realtime.ErrInvalidToken, name)
 	}
 }
 

@@ -1,29 +1,31 @@
 package realtime
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
+	"strconv"
 	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/eventpipe/eventpipe/app/auth"
 )
 
 // Claims are what a bearer token lets its holder listen to: the user's own
 // channel, and the sessions and documents listed. The Core server, which
 // knows who owns what, mints them; this package only checks them.
 type Claims struct {
-	// UserID is the subject: the only user channel the holder may open.
-	UserID int64 `json:"sub"`
-	// Sessions and Documents are the session and document channels the
-	// holder may open.
-	Sessions  []int64 `json:"sessions,omitempty"`
-	Documents []int64 `json:"documents,omitempty"`
-	// Expires is when the token stops working (Unix seconds). Required.
-	Expires int64 `json:"exp"`
+	// UserID is the subject ("sub", a decimal string in the JWT): the only
+	// user channel the holder may open.
+	UserID int64
+	// Sessions and Documents ("sessions", "documents": arrays of numbers)
+	// are the session and document channels the holder may open.
+	Sessions  []int64
+	Documents []int64
+	// Expires is when the token stops working ("exp", Unix seconds).
+	// Required.
+	Expires int64
 }
 
 // Allows reports whether the claims cover channel c.
@@ -47,84 +49,76 @@ type Verifier interface {
 // ErrInvalidToken is wrapped by every error of HMACVerifier.Verify.
 var ErrInvalidToken = errors.New("invalid token")
 
-// HMACVerifier checks tokens minted by MintToken with the same secret. The
-// token is two base64url (unpadded) parts joined by a dot:
+// HMACVerifier checks the realtime tokens: JSON Web Tokens (RFC 7519) signed
+// with HS256 (RFC 7518 §3.2) and the shared secret, as MintToken or any
+// standard JWT library (a Spring or Node Core) makes them. The payload is
 //
-//	base64url(JSON claims) "." base64url(HMAC-SHA256(secret, first part))
+//	{"sub": "<userId>", "sessions": [<id>, …], "documents": [<id>, …], "exp": <unix seconds>}
 //
-// There is no header and no algorithm choice (nothing to downgrade); a token
-// is rejected if the MAC differs, the claims do not decode, the subject is
-// not positive, or it has expired. Tokens cannot be revoked: keep them short
-// lived (minutes) and mint a new one when the page reconnects.
+// The algorithm is pinned to HS256 ("none" and every other one are refused),
+// "exp" is required, "nbf" and "iat" are checked when present, "sub" must be
+// a positive integer and "sessions"/"documents" arrays of integers; anything
+// else is refused. The checks are app/auth's, the admin tokens' verifier
+// (decision 0026). Tokens cannot be revoked: keep them short lived (minutes)
+// and mint a new one when the page reconnects.
 type HMACVerifier struct {
 	// Secret is the shared key, at least 32 bytes.
 	Secret []byte
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
-	// Leeway tolerates clock skew on the expiry. Default 0.
+	// Leeway tolerates clock skew on "exp", "nbf" and "iat". Default 0.
 	Leeway time.Duration
 }
 
-// b64 is unpadded base64url that refuses non-zero padding bits, so that one
-// token has one spelling.
-var b64 = base64.RawURLEncoding.Strict()
-
 // MinSecretLen is the shortest secret HMACVerifier and MintToken accept.
-const MinSecretLen = 32
+const MinSecretLen = auth.MinSecretLen
+
+// ownClaims are the realtime token's claims beyond the registered ones.
+type ownClaims struct {
+	Sessions  []int64 `json:"sessions,omitempty"`
+	Documents []int64 `json:"documents,omitempty"`
+}
+
+// tokenClaims are what MintToken signs.
+type tokenClaims struct {
+	jwt.RegisteredClaims
+	ownClaims
+}
 
 // Verify implements Verifier.
 func (v HMACVerifier) Verify(token string) (Claims, error) {
 	if len(v.Secret) < MinSecretLen {
 		return Claims{}, fmt.Errorf("%w: verifier has no usable secret", ErrInvalidToken)
 	}
-	body, sig, ok := strings.Cut(token, ".")
-	if !ok || body == "" || sig == "" {
-		return Claims{}, fmt.Errorf("%w: want <claims>.<signature>", ErrInvalidToken)
-	}
-	got, err := b64.DecodeString(sig)
-	if err != nil || !hmac.Equal(got, sign(v.Secret, body)) {
-		return Claims{}, fmt.Errorf("%w: bad signature", ErrInvalidToken)
-	}
-	raw, err := b64.DecodeString(body)
+	av, err := auth.New(auth.Config{Secret: v.Secret, Leeway: v.Leeway, Now: v.Now})
 	if err != nil {
-		return Claims{}, fmt.Errorf("%w: claims: %w", ErrInvalidToken, err)
+		return Claims{}, fmt.Errorf("%w: %w", ErrInvalidToken, err)
 	}
-	var c Claims
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return Claims{}, fmt.Errorf("%w: claims: %w", ErrInvalidToken, err)
+	var own ownClaims
+	p, err := av.VerifyWith(token, &own)
+	if err != nil {
+		return Claims{}, fmt.Errorf("%w: %w", ErrInvalidToken, err)
 	}
-	if c.UserID <= 0 {
-		return Claims{}, fmt.Errorf("%w: no subject", ErrInvalidToken)
+	user, err := p.UserID()
+	if err != nil {
+		return Claims{}, fmt.Errorf("%w: %w", ErrInvalidToken, err)
 	}
-	now := time.Now
-	if v.Now != nil {
-		now = v.Now
-	}
-	if c.Expires == 0 || now().Add(-v.Leeway).Unix() >= c.Expires {
-		return Claims{}, fmt.Errorf("%w: expired", ErrInvalidToken)
-	}
-	return c, nil
+	return Claims{UserID: user, Sessions: own.Sessions, Documents: own.Documents, Expires: p.ExpiresAt.Unix()}, nil
 }
 
-// MintToken signs c with secret, for HMACVerifier: the Core server's side of
-// the contract, and the helper tests and the demo use.
+// MintToken signs c with secret as an HS256 JWT, for HMACVerifier: the Core
+// server's side of the contract (a Spring or Node Core does the same with
+// its JWT library), and what `eventpipe realtime token`, tests and the demo
+// use.
 func MintToken(secret []byte, c Claims) (string, error) {
-	if len(secret) < MinSecretLen {
-		return "", fmt.Errorf("mint token: secret shorter than %d bytes", MinSecretLen)
-	}
 	if c.UserID <= 0 || c.Expires == 0 {
 		return "", errors.New("mint token: subject and expiry are required")
 	}
-	raw, err := json.Marshal(c)
-	if err != nil {
-		return "", fmt.Errorf("mint token: %w", err)
-	}
-	body := b64.EncodeToString(raw)
-	return body + "." + b64.EncodeToString(sign(secret, body)), nil
-}
-
-func sign(secret []byte, body string) []byte {
-	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(body))
-	return m.Sum(nil)
+	return auth.SignHS256(secret, tokenClaims{
+		RegisteredClaims: jwt.RegisteredClaims{
+			Subject:   strconv.FormatInt(c.UserID, 10),
+			ExpiresAt: jwt.NewNumericDate(time.Unix(c.Expires, 0)),
+		},
+		ownClaims: ownClaims{Sessions: c.Sessions, Documents: c.Documents},
+	})
 }

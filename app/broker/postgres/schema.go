@@ -41,6 +41,13 @@ var (
 	_ wsql.RequiresTransaction = queueSchema{}
 )
 
+// QueueTable is the quoted, schema-qualified table that holds topic's
+// messages in a PubSub with Schema schema and the default TablePrefix
+// (what `eventpipe topology list` prints).
+func QueueTable(schema, topic string) string {
+	return queueSchema{schema: schema, prefix: DefaultTablePrefix}.table(topic)
+}
+
 // tableName is the unquoted table name of a topic.
 func (s queueSchema) tableName(topic string) string { return s.prefix + topic }
 
