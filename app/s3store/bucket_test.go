@@ -26,7 +26,9 @@ func TestBucketPutGetOnTheEmulator(t *testing.T) {
 	b := &s3store.Bucket{Client: c, Name: name, MaxBytes: 1024, Timeout: 10 * time.Second}
 	ctx := context.Background()
 	key := "feedback/99/report.md"
-	t.Cleanup(func() { _, _ = c.DeleteObject(context.Background(), &s3.DeleteObjectInput{Bucket: aws.String(name), Key: aws.String(key)}) })
+	t.Cleanup(func() {
+		_, _ = c.DeleteObject(context.Background(), &s3.DeleteObjectInput{Bucket: aws.String(name), Key: aws.String(key)})
+	})
 
 	require.NoError(t, b.Put(ctx, key, []byte("# Report\n"), "text/markdown; charset=utf-8"))
 	got, err := b.Get(ctx, key)
@@ -40,7 +42,9 @@ func TestBucketPutGetOnTheEmulator(t *testing.T) {
 	assert.Equal(t, failure.Permanent, failure.Of(err), "%v", err)
 
 	big := "resumes/raw/1/big.pdf"
-	t.Cleanup(func() { _, _ = c.DeleteObject(context.Background(), &s3.DeleteObjectInput{Bucket: aws.String(name), Key: aws.String(big)}) })
+	t.Cleanup(func() {
+		_, _ = c.DeleteObject(context.Background(), &s3.DeleteObjectInput{Bucket: aws.String(name), Key: aws.String(big)})
+	})
 	require.NoError(t, b.Put(ctx, big, []byte(strings.Repeat("x", 2048)), "application/pdf"))
 	_, err = b.Get(ctx, big)
 	assert.ErrorIs(t, err, s3store.ErrTooLarge)
@@ -58,7 +62,9 @@ func TestNewBucket(t *testing.T) {
 	b, err := s3store.NewBucket(ctx, s3store.BucketConfig{Bucket: name, Region: testenv.SQSRegion, Endpoint: testenv.SQSEndpoint(t), PathStyle: true})
 	require.NoError(t, err)
 	key := "interview/tts/1/2/seg-0.mp3"
-	t.Cleanup(func() { _, _ = c.DeleteObject(context.Background(), &s3.DeleteObjectInput{Bucket: aws.String(name), Key: aws.String(key)}) })
+	t.Cleanup(func() {
+		_, _ = c.DeleteObject(context.Background(), &s3.DeleteObjectInput{Bucket: aws.String(name), Key: aws.String(key)})
+	})
 	require.NoError(t, b.Put(ctx, key, []byte("ID3"), "audio/mpeg"))
 	got, err := b.Get(ctx, key)
 	require.NoError(t, err)

@@ -84,8 +84,8 @@ type Core interface {
 }
 
 var (
-	_ Model   = (*llm.Client)(nil)
-	_ Core    = (*internalapi.Client)(nil)
+	_ Model = (*llm.Client)(nil)
+	_ Core  = (*internalapi.Client)(nil)
 )
 
 // Defaults of Config.
