@@ -128,14 +128,14 @@ func NewRealProcessors(ctx context.Context, d spec.Deps, a Adapters) (aiworker.P
 	}
 	key := getenv(c.InternalAPIKeyEnv)
 	if key == "" {
-		errs = append(errs, fmt.Errorf("Core's internal API: $%s (stackup.internal_api_key_env) is empty", c.InternalAPIKeyEnv))
+		errs = append(errs, fmt.Errorf("internal API of Core: $%s (stackup.internal_api_key_env) is empty", c.InternalAPIKeyEnv))
 	}
 	base := c.InternalURL
 	if base == "" && c.InternalAddr != "" {
 		base = "http://" + c.InternalAddr
 	}
 	if base == "" {
-		errs = append(errs, errors.New("Core's internal API: stackup.internal_url and stackup.internal_addr are empty"))
+		errs = append(errs, errors.New("internal API of Core: stackup.internal_url and stackup.internal_addr are empty"))
 	}
 	var objects realproc.Objects
 	switch {

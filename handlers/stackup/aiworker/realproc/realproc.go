@@ -191,7 +191,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("model API %w", catalog.ErrNotConfigured))
 	}
 	if c.Core == nil {
-		errs = append(errs, fmt.Errorf("Core internal API client %w", catalog.ErrNotConfigured))
+		errs = append(errs, fmt.Errorf("internal API client of Core %w", catalog.ErrNotConfigured))
 	}
 	if c.Generator.Client == nil {
 		errs = append(errs, fmt.Errorf("generator's chat client %w", catalog.ErrNotConfigured))
