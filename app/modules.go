@@ -18,6 +18,7 @@ import (
 	"github.com/eventpipe/eventpipe/handlers/interviews"
 	"github.com/eventpipe/eventpipe/handlers/joinlink"
 	"github.com/eventpipe/eventpipe/handlers/stackup"
+	"github.com/eventpipe/eventpipe/handlers/stackup/aiworker/realproc"
 )
 
 // Modules lists every spec this binary runs, in the order their routes are
@@ -27,7 +28,9 @@ func Modules() []spec.Module {
 	return []spec.Module{
 		demo.Module,
 		interviews.Module,
-		stackup.Module,
+		stackup.NewModule(stackup.Adapters{Objects: func(ctx context.Context, c stackup.ObjectsConfig) (realproc.Objects, error) {
+			return s3store.NewBucket(ctx, s3store.BucketConfig{Bucket: c.Bucket, Region: c.Region, Endpoint: c.Endpoint, PathStyle: c.PathStyle})
+		}}),
 		disputes.NewModule(disputes.Adapters{S3: func(ctx context.Context, c disputes.S3Config) (disputes.Objects, error) {
 			return s3store.New(ctx, c)
 		}}),

@@ -26,6 +26,7 @@ func TestServeRealtimeStreams(t *testing.T) {
 	cfg := config.Defaults()
 	cfg.Admin.Addr = ""
 	cfg.StackUp.Enabled = true
+	cfg.StackUp.Processors = "sample"
 	cfg.StackUp.SampleInterval = 200 * time.Millisecond
 	cfg.Realtime.Addr = "127.0.0.1:0"
 	cfg.Realtime.TokenSecretEnv = "EVENTPIPE_TEST_RT_SECRET"

@@ -23,6 +23,7 @@ func TestServeStackUpInternalAPI(t *testing.T) {
 	cfg := config.Defaults()
 	cfg.Admin.Addr = ""
 	cfg.StackUp.Enabled = true
+	cfg.StackUp.Processors = "sample"
 	cfg.StackUp.Roles = "core,ai-worker"
 	cfg.StackUp.InternalAddr = "127.0.0.1:0"
 	cfg.StackUp.InternalAPIKeyEnv = "EVENTPIPE_TEST_INTERNAL_KEY"

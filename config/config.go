@@ -316,10 +316,29 @@ type StackUp struct {
 	// AIQueues limits the ai-worker to these request queues
 	// (comma-separated); empty means all nine, each needing its processor.
 	AIQueues string `yaml:"ai_queues" env:"AI_QUEUES" doc:"Comma-separated request queues the ai-worker consumes; empty for all nine (each needs its processor)."`
-	// Processors is sample (deterministic stand-ins, no services) or llm
-	// (generate.* on the llm section's API; set ai_queues to the three
-	// ai.generate.* queues).
-	Processors string `yaml:"processors" env:"PROCESSORS" doc:"AI worker processors: sample (stand-ins, no services) or llm (generate.* queues only, on the llm section's API)."`
+	// Processors is real (every queue on real services: the llm section's
+	// API, the S3 bucket S3Bucket, Core's internal API at InternalURL;
+	// decision 0032), llm (generate.* on the llm section's API; set
+	// ai_queues to the three ai.generate.* queues) or sample
+	// (deterministic stand-ins, no services: make run selects them
+	// explicitly). Default real: a missing credential fails start-up.
+	Processors string `yaml:"processors" env:"PROCESSORS" doc:"AI worker processors: real (all nine queues on the llm API, S3 and Core's internal API; missing credentials fail start-up), llm (generate.* queues only) or sample (stand-ins, no services)."`
+	// S3Bucket is the bucket of the real processors' objects (resumes,
+	// answer audio, analysis documents, reports, TTS audio), keys as the
+	// spec names them.
+	S3Bucket string `yaml:"s3_bucket" env:"S3_BUCKET" doc:"S3 bucket of the real processors' objects (resumes, audio, analysis documents, reports, TTS audio); required with processors real."`
+	// S3Endpoint overrides the S3 endpoint (an emulator); empty lets the
+	// AWS SDK decide. The region is sqs.region's.
+	S3Endpoint string `yaml:"s3_endpoint" env:"S3_ENDPOINT" doc:"S3 endpoint URL, e.g. an emulator's; empty lets the AWS SDK decide (AWS_ENDPOINT_URL_S3, else real AWS). The region is sqs.region's."`
+	// S3PathStyle addresses objects path-style, as emulators need.
+	S3PathStyle bool `yaml:"s3_path_style" env:"S3_PATH_STYLE" doc:"Address objects path-style (endpoint/bucket/key), as emulators need."`
+	// InternalURL is the base URL the ai-worker calls Core's internal API
+	// at (§10: GitHub token, embeddings), with the key internal_api_key_env
+	// names; empty = http://internal_addr.
+	InternalURL string `yaml:"internal_url" env:"INTERNAL_URL" doc:"Base URL of Core's internal API for the ai-worker's real processors (GitHub token, embeddings); empty = http:// plus internal_addr."`
+	// GitHubAPIURL is GitHub's REST API root (GitHub Enterprise: its
+	// /api/v3).
+	GitHubAPIURL string `yaml:"github_api_url" env:"GITHUB_API_URL" doc:"GitHub REST API root used by analyze.repository (GitHub Enterprise: https://host/api/v3)."`
 	// MaxAttempts is §6's in-process attempts per message.
 	MaxAttempts int `yaml:"max_attempts" env:"MAX_ATTEMPTS" doc:"In-process attempts per message before the FAILED callback or the DLQ (§6: 3; at least 1)."`
 	// BackoffInitial is the first retry wait, doubled per attempt up to
@@ -685,7 +704,7 @@ func Defaults() Config {
 		StackUp: StackUp{
 			Enabled:        false,
 			Roles:          "core,ai-worker,realtime",
-			Processors:     "sample",
+			Processors:     "real",
 			MaxAttempts:    3,
 			BackoffInitial: 200 * time.Millisecond,
 			BackoffMax:     5 * time.Second,
@@ -695,6 +714,7 @@ func Defaults() Config {
 			InternalAPIKeyEnv:  "EVENTPIPE_STACKUP_INTERNAL_API_KEY",
 			TokenKeyEnv:        "EVENTPIPE_STACKUP_TOKEN_KEY",
 			EmbeddingDimension: 1536,
+			GitHubAPIURL:       "https://api.github.com",
 		},
 		Telemetry: Telemetry{Exporter: ExporterNone, ServiceName: "eventpipe", SampleRatio: 1},
 		Outbox: Outbox{

@@ -196,7 +196,14 @@ func (c Config) Validate() error {
 	for _, role := range strings.Split(c.StackUp.Roles, ",") {
 		oneOf(&ps, "stackup.roles", strings.TrimSpace(role), "core", "ai-worker", "realtime")
 	}
-	oneOf(&ps, "stackup.processors", c.StackUp.Processors, "sample", "llm")
+	oneOf(&ps, "stackup.processors", c.StackUp.Processors, "real", "llm", "sample")
+	if c.StackUp.S3Endpoint != "" {
+		checkURL(&ps, "stackup.s3_endpoint", c.StackUp.S3Endpoint, endpointURL)
+	}
+	if c.StackUp.InternalURL != "" {
+		checkURL(&ps, "stackup.internal_url", c.StackUp.InternalURL, endpointURL)
+	}
+	checkURL(&ps, "stackup.github_api_url", c.StackUp.GitHubAPIURL, endpointURL)
 	atLeast(&ps, "stackup.max_attempts", c.StackUp.MaxAttempts, 1)
 	positive(&ps, "stackup.backoff_initial", c.StackUp.BackoffInitial)
 	if c.StackUp.BackoffMax < c.StackUp.BackoffInitial {

@@ -43,7 +43,7 @@ func TestStackUpQueuesOnSQSByTopologyName(t *testing.T) {
 	sqsQueue, sqsDLQ := prefix+"ai-analyze-resume", prefix+"dlq-ai-analyze-resume"
 	endpoint := testenv.SQSEndpoint(t)
 	environ := []string{"EVENTPIPE_BROKER=sqs", "EVENTPIPE_SQS_ENDPOINT=" + endpoint, "EVENTPIPE_SQS_REGION=" + testenv.SQSRegion,
-		"EVENTPIPE_SQS_WAIT_TIME=1s", "EVENTPIPE_SQS_QUEUE_PREFIX=" + prefix, "EVENTPIPE_STACKUP_ENABLED=true", "EVENTPIPE_REALTIME_FANOUT=none", "EVENTPIPE_ADMIN_ADDR="}
+		"EVENTPIPE_SQS_WAIT_TIME=1s", "EVENTPIPE_SQS_QUEUE_PREFIX=" + prefix, "EVENTPIPE_STACKUP_ENABLED=true", "EVENTPIPE_STACKUP_PROCESSORS=sample", "EVENTPIPE_REALTIME_FANOUT=none", "EVENTPIPE_ADMIN_ADDR="}
 
 	data, err := config.TopologyFile("stackup")
 	require.NoError(t, err)
@@ -141,7 +141,7 @@ func TestSQSQueuePrefixTooLongForAStackUpQueue(t *testing.T) {
 	t.Parallel()
 	prefix := strings.Repeat("p", 60) + "-" // + dlq-q-realtime-session-notify (29) = 90
 	environ := []string{"EVENTPIPE_BROKER=sqs", "EVENTPIPE_SQS_ENDPOINT=http://127.0.0.1:1", "EVENTPIPE_SQS_REGION=us-east-1",
-		"EVENTPIPE_SQS_QUEUE_PREFIX=" + prefix, "EVENTPIPE_STACKUP_ENABLED=true", "EVENTPIPE_REALTIME_FANOUT=none", "EVENTPIPE_SERVE_CONNECT_TIMEOUT=1s"}
+		"EVENTPIPE_SQS_QUEUE_PREFIX=" + prefix, "EVENTPIPE_STACKUP_ENABLED=true", "EVENTPIPE_STACKUP_PROCESSORS=sample", "EVENTPIPE_REALTIME_FANOUT=none", "EVENTPIPE_SERVE_CONNECT_TIMEOUT=1s"}
 	r := run(t, environ, "drain-check", "--queue", "ai.analyze.resume")
 	assert.NotEqual(t, cli.ExitOK, r.code)
 	assert.Contains(t, r.stderr, `topic "dlq.q.realtime.session.notify" maps to queue name "`+prefix+`dlq-q-realtime-session-notify"`)

@@ -179,7 +179,7 @@ func TestQueueTypeQuorumServeAndProvisioningAgree(t *testing.T) {
 	amqpURL, vhost := testenv.RabbitMQVhost(t)
 	asDeclared := []string{
 		"EVENTPIPE_BROKER=rabbitmq", "EVENTPIPE_RABBITMQ_URL=" + amqpURL,
-		"EVENTPIPE_INTERVIEWS_ENABLED=true", "EVENTPIPE_STACKUP_ENABLED=true", "EVENTPIPE_DISPUTES_ENABLED=true",
+		"EVENTPIPE_INTERVIEWS_ENABLED=true", "EVENTPIPE_STACKUP_ENABLED=true", "EVENTPIPE_STACKUP_PROCESSORS=sample", "EVENTPIPE_DISPUTES_ENABLED=true",
 		"EVENTPIPE_BOOKING_ENABLED=true", "EVENTPIPE_JOINLINK_ENABLED=true",
 	}
 	environ := append(slices.Clone(asDeclared), "EVENTPIPE_RABBITMQ_QUEUE_TYPE=quorum")

@@ -47,8 +47,16 @@ const (
 )
 
 // ErrTooLarge is wrapped by the permanent error of an object larger than
-// Objects.MaxBytes.
-var ErrTooLarge = errors.New("object larger than the limit")
+// Objects.MaxBytes. It has a TooLarge method, so a consumer that declares
+// its own store interface recognises it without importing this package.
+var ErrTooLarge error = tooLargeError{}
+
+type tooLargeError struct{}
+
+func (tooLargeError) Error() string { return "object larger than the limit" }
+
+// TooLarge reports true: the object exceeds the limit.
+func (tooLargeError) TooLarge() bool { return true }
 
 // GetObjectAPI is the part of the S3 client the adapter uses: exactly the
 // action the service's IAM policy grants (s3:GetObject).

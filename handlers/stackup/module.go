@@ -20,15 +20,21 @@ import (
 )
 
 // Module is the StackUp Core ↔ AI contract with the roles stackup.roles
-// names: core, ai-worker and realtime (the SSE server and its fan-out bus).
-var Module = spec.Module{
-	Name:         "stackup",
-	Enabled:      func(c config.Config) bool { return c.StackUp.Enabled },
-	Topology:     "stackup",
-	Catalog:      CatalogRoutes,
-	Build:        build,
-	FanoutTopics: fanoutTopics,
-	Commands:     commands,
+// names: core, ai-worker and realtime (the SSE server and its fan-out bus),
+// without AWS adapters: stackup.processors real needs NewModule's.
+var Module = NewModule(Adapters{})
+
+// NewModule is Module with the AWS adapters the composition root passes.
+func NewModule(a Adapters) spec.Module {
+	return spec.Module{
+		Name:         "stackup",
+		Enabled:      func(c config.Config) bool { return c.StackUp.Enabled },
+		Topology:     "stackup",
+		Catalog:      CatalogRoutes,
+		Build:        func(ctx context.Context, d spec.Deps) (spec.Parts, error) { return build(ctx, d, a) },
+		FanoutTopics: fanoutTopics,
+		Commands:     commands,
+	}
 }
 
 // fanoutTopics are the topics every instance must receive: with the realtime
@@ -46,7 +52,7 @@ func fanoutTopics(cfg config.Config) []string {
 // service has a database (requests go through the transactional outbox, a
 // relay publishes them), else in memory (published after the in-memory
 // commit).
-func build(ctx context.Context, d spec.Deps) (spec.Parts, error) {
+func build(ctx context.Context, d spec.Deps, a Adapters) (spec.Parts, error) {
 	c := d.Config.StackUp
 	roles, err := ParseRoles(c.Roles)
 	if err != nil {
@@ -85,8 +91,17 @@ func build(ctx context.Context, d spec.Deps) (spec.Parts, error) {
 		return spec.Parts{}, err
 	}
 	if roles.AIWorker {
-		if deps.Processors, err = NewProcessors(c.Processors, d.LLM); err != nil {
+		switch c.Processors {
+		case ProcessorsReal:
+			deps.Processors, err = NewRealProcessors(ctx, d, a)
+		default:
+			deps.Processors, err = NewProcessors(c.Processors, d.LLM)
+		}
+		if err != nil {
 			return fail(err)
+		}
+		if c.Processors == ProcessorsSample && d.Logger != nil {
+			d.Logger.Warn("stackup ai-worker: sample processors selected (stackup.processors=sample): stand-ins, no model, storage or GitHub; not for production")
 		}
 	}
 	if d.DB != nil {

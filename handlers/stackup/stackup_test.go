@@ -14,6 +14,8 @@ import (
 	"github.com/eventpipe/eventpipe/app/inbox"
 	"github.com/eventpipe/eventpipe/app/llm"
 	"github.com/eventpipe/eventpipe/app/outbox"
+	"github.com/eventpipe/eventpipe/app/spec"
+	"github.com/eventpipe/eventpipe/config"
 	"github.com/eventpipe/eventpipe/handlers/stackup"
 	"github.com/eventpipe/eventpipe/handlers/stackup/aiworker"
 	"github.com/eventpipe/eventpipe/handlers/stackup/core"
@@ -116,3 +118,23 @@ type nopPub struct{}
 
 func (nopPub) Publish(string, ...*message.Message) error { return nil }
 func (nopPub) Close() error                              { return nil }
+
+// stackup.processors real (the default) without its credentials refuses to
+// start, naming each missing part and the offline alternative.
+func TestRealProcessorsNeedTheirCredentials(t *testing.T) {
+	t.Parallel()
+	cfg := config.Defaults()
+	cfg.StackUp.InternalAddr = ""
+	_, err := stackup.NewRealProcessors(context.Background(), spec.Deps{Config: cfg, LLM: llm.Config{LookupEnv: func(string) (string, bool) { return "", false }},
+		Getenv: func(string) string { return "" }}, stackup.Adapters{})
+	require.Error(t, err)
+	for _, want := range []string{"no API key", "EVENTPIPE_STACKUP_INTERNAL_API_KEY", "stackup.s3_bucket is empty", "stackup.processors=sample"} {
+		assert.Contains(t, err.Error(), want)
+	}
+	assert.Equal(t, stackup.ProcessorsReal, config.Defaults().StackUp.Processors)
+
+	cfg.StackUp.S3Bucket = "b"
+	_, err = stackup.NewRealProcessors(context.Background(), spec.Deps{Config: cfg, LLM: llm.Config{AllowNoKey: true},
+		Getenv: func(string) string { return "k" }}, stackup.Adapters{})
+	assert.ErrorContains(t, err, "no S3 adapter")
+}
