@@ -60,6 +60,7 @@ func TestAlertRulesNameServedMetrics(t *testing.T) {
 	cfg.Admin.Addr = "127.0.0.1:0"
 	cfg.StackUp.Enabled = true
 	cfg.StackUp.Roles = "core,ai-worker"
+	cfg.StackUp.Processors = "sample"
 	cfg.JoinLink.Enabled = true
 	cfg.JoinLink.BulkRegisterURL = "http://127.0.0.1:1/bulk-register" // never called
 	cfg.Serve.ConnectTimeout = 30 * time.Second

@@ -59,6 +59,7 @@ func consoleService(t *testing.T) (base string, ps message.Publisher, letters []
 	cfg.Admin.TokenSecretEnv = "EVENTPIPE_TEST_CONSOLE_SECRET"
 	cfg.StackUp.Enabled = true
 	cfg.StackUp.Roles = "core,ai-worker"
+	cfg.StackUp.Processors = "sample"
 	cfg.Serve.ConnectTimeout = 30 * time.Second
 	ctx, cancel := context.WithCancel(context.Background())
 	svc, err := app.New(ctx, cfg, slog.New(slog.DiscardHandler))

@@ -62,6 +62,7 @@ func TestExamplesRunEverySpecOnTheirBroker(t *testing.T) {
 			environ := []string{
 				"EVENTPIPE_POSTGRES_DSN=" + testenv.PostgresDSN(t), "EVENTPIPE_POSTGRES_SCHEMA=" + scope,
 				"EVENTPIPE_ADMIN_ADDR=127.0.0.1:0", "EVENTPIPE_REALTIME_ADDR=127.0.0.1:0", "EVENTPIPE_BOOKING_GATEWAY_ADDR=127.0.0.1:0",
+				"EVENTPIPE_DISPUTES_API_ADDR=127.0.0.1:0", "EVENTPIPE_INTERVIEWS_API_ADDR=127.0.0.1:0",
 			}
 			switch kind {
 			case "rabbitmq":
