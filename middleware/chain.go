@@ -61,11 +61,14 @@ func Chain(d Deps, r route.Route) []message.HandlerMiddleware {
 		Logger:    d.Logger,
 		Metrics:   d.Metrics,
 	}
+	if d.Metrics != nil {
+		policy.retried = d.Metrics.Retried.WithLabelValues(r.Queue, r.Name)
+	}
 	var chain []message.HandlerMiddleware
 	if d.Drain != nil {
 		chain = append(chain, Drain(d.Drain))
 	}
-	chain = append(chain, CorrelationFrom(r.TraceID), Tracing(d.Tracer), Observe(d.Logger, d.Metrics), policy.Middleware)
+	chain = append(chain, CorrelationFrom(r.TraceID), Tracing(d.Tracer), observeRoute(d.Logger, d.Metrics, r.Queue, r.Name), policy.Middleware)
 	if !r.Binary {
 		// Inside the policy: a bad body fails as the route says (drop,
 		// dead-letter, fail until max).

@@ -112,56 +112,83 @@ func labelsOf(msg *message.Message) prometheus.Labels {
 func Observe(logger *slog.Logger, m *Metrics) message.HandlerMiddleware {
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		var metrics routeCache
-		return func(msg *message.Message) ([]*message.Message, error) {
-			start := time.Now()
-			oc := &outcome{}
-			msg.SetContext(context.WithValue(msg.Context(), outcomeKey{}, oc))
-			produced, err := h(msg)
-			// Everything else is in settle, whose frame is not on the stack
-			// while the handler runs: the router starts each message on a
-			// new goroutine's small stack, which a deep chain must copy.
-			return settle(logger, metrics.get(m, msg), msg, time.Since(start), oc, produced, err)
-		}
+		return observe(logger, h, func(msg *message.Message) *routeMetrics { return metrics.get(m, msg) })
 	}
 }
 
-// settle records and logs the outcome of one message (Observe).
+// observeRoute is Observe for a route whose queue and handler name are known
+// when the chain is built (Chain): its counters are looked up once, not
+// matched against the message's router context every time.
+func observeRoute(logger *slog.Logger, m *Metrics, queue, handler string) message.HandlerMiddleware {
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		rm := m.route(queue, handler)
+		return observe(logger, h, func(*message.Message) *routeMetrics { return rm })
+	}
+}
+
+func observe(logger *slog.Logger, h message.HandlerFunc, metricsOf func(*message.Message) *routeMetrics) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		start := time.Now()
+		// The outcome and the context that carries it are one allocation.
+		oc := &outcomeCtx{Context: msg.Context()}
+		msg.SetContext(oc)
+		produced, err := h(msg)
+		// Everything else is in settle, whose frame is not on the stack
+		// while the handler runs: the router starts each message on a
+		// new goroutine's small stack, which a deep chain must copy.
+		return settle(logger, metricsOf(msg), msg, time.Since(start), &oc.outcome, produced, err)
+	}
+}
+
+// settle records and logs the outcome of one message (Observe). The log
+// line's attributes are built only when the logger takes its level: a
+// handled message logs at debug, which production runs without.
 func settle(logger *slog.Logger, m *routeMetrics, msg *message.Message, elapsed time.Duration, oc *outcome, produced []*message.Message, err error) ([]*message.Message, error) {
 	m.duration.Observe(elapsed.Seconds())
-	attrs := []slog.Attr{
-		slog.String("message_id", msg.UUID),
-		slog.String("trace_id", msgctx.TraceID(msg.Context())),
-		slog.String("queue", m.queue),
-		slog.String("handler", m.handler),
-		slog.Duration("took", elapsed),
-	}
+	ctx := msg.Context()
 	if err != nil && failure.Of(err) == failure.Duplicate {
 		// The effect already happened: acknowledge, change nothing.
 		m.duplicates.Inc()
-		logger.LogAttrs(msg.Context(), slog.LevelInfo, "duplicate delivery, acknowledged without effect", append(attrs, slog.Any("reason", err))...)
+		logOutcome(ctx, logger, slog.LevelInfo, "duplicate delivery, acknowledged without effect", m, msg, elapsed, slog.Any("reason", err))
 		return nil, nil
 	}
 	if err != nil {
 		m.failed.Inc()
-		attrs = append(attrs, slog.String("error_class", failure.Of(err).String()))
-		logger.LogAttrs(msg.Context(), levelFor(err), "message failed", append(attrs, slog.Any("error", err))...)
+		logOutcome(ctx, logger, levelFor(err), "message failed", m, msg, elapsed,
+			slog.String("error_class", failure.Of(err).String()), slog.Any("error", err))
 		return produced, err
 	}
 	switch oc.kind {
 	case outcomeDeadLettered:
 		m.deadLettered.Inc()
-		logger.LogAttrs(msg.Context(), slog.LevelWarn, "message dead-lettered", append(attrs, slog.Any("reason", oc.cause))...)
+		logOutcome(ctx, logger, slog.LevelWarn, "message dead-lettered", m, msg, elapsed, slog.Any("reason", oc.cause))
 	case outcomeDropped:
 		m.dropped.Inc()
-		logger.LogAttrs(msg.Context(), slog.LevelWarn, "message dropped: permanent failure on a route that drops them", append(attrs, slog.Any("reason", oc.cause))...)
+		logOutcome(ctx, logger, slog.LevelWarn, "message dropped: permanent failure on a route that drops them", m, msg, elapsed, slog.Any("reason", oc.cause))
 	case outcomeDroppedNoDLQ:
 		m.dropped.Inc()
-		logger.LogAttrs(msg.Context(), slog.LevelError, "message dropped: attempts exhausted and the route has no dead-letter queue", append(attrs, slog.Any("reason", oc.cause))...)
+		logOutcome(ctx, logger, slog.LevelError, "message dropped: attempts exhausted and the route has no dead-letter queue", m, msg, elapsed, slog.Any("reason", oc.cause))
 	default:
 		m.handled.Inc()
-		logger.LogAttrs(msg.Context(), slog.LevelDebug, "message handled", attrs...)
+		logOutcome(ctx, logger, slog.LevelDebug, "message handled", m, msg, elapsed)
 	}
 	return produced, nil
+}
+
+// logOutcome writes Observe's line about msg, if logger takes level: the
+// attributes every line about a message carries, then extra.
+func logOutcome(ctx context.Context, logger *slog.Logger, level slog.Level, text string, m *routeMetrics, msg *message.Message, elapsed time.Duration, extra ...slog.Attr) {
+	if !logger.Enabled(ctx, level) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 5+len(extra))
+	attrs = append(attrs,
+		slog.String("message_id", msg.UUID),
+		slog.String("trace_id", msgctx.TraceID(ctx)),
+		slog.String("queue", m.queue),
+		slog.String("handler", m.handler),
+		slog.Duration("took", elapsed))
+	logger.LogAttrs(ctx, level, text, append(attrs, extra...)...)
 }
 
 // levelFor keeps shutdown quiet: a handler cut short by cancellation is not an
@@ -190,6 +217,24 @@ const (
 )
 
 type outcomeKey struct{}
+
+// outcomeCtx is a message's context carrying its outcome (outcomeKey): a
+// context.WithValue of a *outcome would be two allocations per message.
+// Everything else is the embedded context's, so contexts derived from it
+// (Timeout's) still hang on the delivery's cancelable context directly.
+type outcomeCtx struct {
+	context.Context
+	outcome
+}
+
+func (c *outcomeCtx) Value(key any) any {
+	if _, ok := key.(outcomeKey); ok {
+		return &c.outcome
+	}
+	return c.Context.Value(key)
+}
+
+func (c *outcomeCtx) String() string { return contextName(c.Context) + ".WithValue(outcome)" }
 
 func setOutcome(ctx context.Context, kind outcomeKind, cause error) {
 	if oc, ok := ctx.Value(outcomeKey{}).(*outcome); ok {

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/eventpipe/eventpipe/app/broker"
 	"github.com/eventpipe/eventpipe/app/failure"
@@ -50,6 +51,10 @@ type Policy struct {
 	NackDelay bool
 	Logger    *slog.Logger
 	Metrics   *Metrics // optional
+
+	// retried is Metrics.Retried of the route's queue and handler, when
+	// Chain knows them; otherwise they are read from each message's context.
+	retried prometheus.Counter
 }
 
 // Middleware returns h wrapped with the policy.
@@ -120,7 +125,9 @@ func (p Policy) Middleware(h message.HandlerFunc) message.HandlerFunc {
 				return nil, err
 			}
 
-			if p.Metrics != nil {
+			if p.retried != nil {
+				p.retried.Inc()
+			} else if p.Metrics != nil {
 				p.Metrics.Retried.With(labelsOf(msg)).Inc()
 			}
 			p.Logger.LogAttrs(ctx, slog.LevelWarn, "handler failed, retrying",

@@ -32,13 +32,41 @@ type (
 
 // WithTraceID returns ctx carrying traceID.
 func WithTraceID(ctx context.Context, traceID string) context.Context {
-	return context.WithValue(ctx, traceIDCtxKey{}, traceID)
+	return &traceIDCtx{Context: ctx, id: traceID}
 }
 
 // TraceID returns the trace id carried by ctx, or "".
 func TraceID(ctx context.Context) string {
-	id, _ := ctx.Value(traceIDCtxKey{}).(string)
-	return id
+	if c, ok := ctx.Value(traceIDCtxKey{}).(*traceIDCtx); ok {
+		return c.id
+	}
+	return ""
+}
+
+// traceIDCtx carries a trace id in one allocation, once per message:
+// context.WithValue of a string is two (the context and the string boxed
+// in an interface), and TraceID's lookup would box nothing either way. Its
+// Value answers for itself; every other value, and Done, Err and Deadline,
+// are the embedded context's, so contexts derived from it still hang on the
+// delivery's cancelable context directly.
+type traceIDCtx struct {
+	context.Context
+	id string
+}
+
+func (c *traceIDCtx) Value(key any) any {
+	if _, ok := key.(traceIDCtxKey); ok {
+		return c
+	}
+	return c.Context.Value(key)
+}
+
+func (c *traceIDCtx) String() string {
+	name := "context"
+	if s, ok := c.Context.(interface{ String() string }); ok {
+		name = s.String()
+	}
+	return name + ".WithTraceID(" + c.id + ")"
 }
 
 // NewTraceID returns a fresh trace id: 32 lowercase hex digits, the W3C

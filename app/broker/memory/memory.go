@@ -79,7 +79,7 @@ type PubSub struct {
 // Persistent, every message published to it.
 type topic struct {
 	subs    []*subscription
-	history []*message.Message
+	history []pending
 }
 
 var (
@@ -102,13 +102,18 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*PubSub, error) {
 // Publish checks the payload limit, then queues a copy of each message (its
 // UUID, metadata and payload; not its context) for every subscription of
 // topic.
+//
+// The copy is a snapshot, not a message: a message's ack channels belong to
+// one delivery, which deliver builds; the subscriptions of a topic share the
+// snapshot, whose metadata nothing changes. The payload is the caller's, as
+// Watermill's Message.Copy shares it.
 func (p *PubSub) Publish(topicName string, msgs ...*message.Message) error {
 	if err := broker.CheckPayloads(msgs); err != nil {
 		return err
 	}
-	copies := make([]*message.Message, len(msgs))
+	copies := make([]pending, len(msgs))
 	for i, msg := range msgs {
-		copies[i] = msg.Copy()
+		copies[i] = pending{uuid: msg.UUID, payload: msg.Payload, metadata: copyMetadata(msg.Metadata)}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -119,7 +124,7 @@ func (p *PubSub) Publish(topicName string, msgs ...*message.Message) error {
 	if t == nil {
 		if !p.cfg.Persistent {
 			for _, msg := range copies {
-				p.logger.Info("No subscribers to send message", watermill.LogFields{"message_uuid": msg.UUID, "topic": topicName})
+				p.logger.Info("No subscribers to send message", watermill.LogFields{"message_uuid": msg.uuid, "topic": topicName})
 			}
 			return nil
 		}
@@ -141,7 +146,7 @@ func (p *PubSub) Publish(topicName string, msgs ...*message.Message) error {
 // redelivery, metadata.FirstFailureKey: when it was first nacked. Its context
 // is ctx's, cancelled once the delivery is acked or nacked.
 func (p *PubSub) Subscribe(ctx context.Context, topicName string) (<-chan *message.Message, error) {
-	s := &subscription{wake: make(chan struct{}, 1), queue: make([]*pending, 0, p.cfg.OutputBuffer)}
+	s := &subscription{wake: make(chan struct{}, 1), queue: make([]pending, 0, p.cfg.OutputBuffer)}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -202,37 +207,70 @@ func (p *PubSub) Ping(context.Context) error { return nil }
 // subscription is one subscriber's queue of messages and the goroutine that
 // hands them out (run).
 type subscription struct {
-	mu    sync.Mutex
-	queue []*pending
+	mu sync.Mutex
+	// queue[head:] are the queued messages. The slots before head are
+	// reused (queued messages moved to the front) before the queue grows,
+	// and the queue starts over when it empties, so a subscription that
+	// keeps up allocates nothing per message.
+	queue []pending
+	head  int
 	// wake has room for one signal: something was queued.
 	wake chan struct{}
 }
 
-// pending is a message waiting in one subscription's queue, with what the
-// subscription knows of its earlier deliveries.
+// pending is a message waiting in one subscription's queue (a value in it:
+// no allocation per message and subscription), with what the subscription
+// knows of its earlier deliveries. Its metadata is shared with the topic's
+// other subscriptions and never written.
 type pending struct {
-	msg          *message.Message
+	uuid         string
+	payload      message.Payload
+	metadata     message.Metadata
 	attempts     int
 	firstFailure time.Time
 }
 
-func (s *subscription) push(msgs []*message.Message) {
+// copyMetadata copies md, or returns nil for none (nothing to allocate).
+func copyMetadata(md message.Metadata) message.Metadata {
+	if len(md) == 0 {
+		return nil
+	}
+	c := make(message.Metadata, len(md))
+	for k, v := range md {
+		c[k] = v
+	}
+	return c
+}
+
+func (s *subscription) push(msgs []pending) {
 	if len(msgs) == 0 {
 		return
 	}
 	s.mu.Lock()
-	for _, msg := range msgs {
-		s.queue = append(s.queue, &pending{msg: msg})
-	}
+	s.makeRoom(len(msgs))
+	s.queue = append(s.queue, msgs...)
 	s.mu.Unlock()
 	s.signal()
 }
 
-func (s *subscription) requeue(p *pending) {
+func (s *subscription) requeue(p pending) {
 	s.mu.Lock()
+	s.makeRoom(1)
 	s.queue = append(s.queue, p)
 	s.mu.Unlock()
 	s.signal()
+}
+
+// makeRoom moves the queued messages to the front when n more would not fit
+// behind them: into the free slots, or into a grown queue without the dead
+// ones. The caller holds mu.
+func (s *subscription) makeRoom(n int) {
+	if s.head == 0 || len(s.queue)+n <= cap(s.queue) {
+		return
+	}
+	k := copy(s.queue, s.queue[s.head:])
+	clear(s.queue[k:])
+	s.queue, s.head = s.queue[:k], 0
 }
 
 func (s *subscription) signal() {
@@ -242,25 +280,28 @@ func (s *subscription) signal() {
 	}
 }
 
-// pop returns the next queued message, or nil when there is none.
-func (s *subscription) pop() *pending {
+// pop returns the next queued message; ok is false when there is none.
+func (s *subscription) pop() (p pending, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.queue) == 0 {
-		return nil
+	if s.head == len(s.queue) {
+		return pending{}, false
 	}
-	p := s.queue[0]
-	s.queue[0] = nil
-	s.queue = s.queue[1:]
-	return p
+	p = s.queue[s.head]
+	s.queue[s.head] = pending{}
+	s.head++
+	if s.head == len(s.queue) {
+		s.queue, s.head = s.queue[:0], 0
+	}
+	return p, true
 }
 
 // run hands out the queued messages one by one until ctx ends or closing
 // closes.
 func (s *subscription) run(ctx context.Context, closing <-chan struct{}, out chan<- *message.Message) {
 	for {
-		p := s.pop()
-		if p == nil {
+		p, ok := s.pop()
+		if !ok {
 			select {
 			case <-s.wake:
 				continue
@@ -286,10 +327,14 @@ func (s *subscription) run(ctx context.Context, closing <-chan struct{}, out cha
 
 // deliver hands a copy of p's message to out and waits for its ack (true) or
 // nack (false); ok is false when ctx ended or closing closed first.
-func deliver(ctx context.Context, closing <-chan struct{}, out chan<- *message.Message, p *pending) (acked, ok bool) {
-	d := p.msg.Copy()
+func deliver(ctx context.Context, closing <-chan struct{}, out chan<- *message.Message, p pending) (acked, ok bool) {
+	d := message.NewMessage(p.uuid, p.payload)
+	for k, v := range p.metadata {
+		if k != metadata.FirstFailureKey {
+			d.Metadata[k] = v
+		}
+	}
 	d.Metadata.Set(metadata.AttemptKey, strconv.Itoa(p.attempts))
-	delete(d.Metadata, metadata.FirstFailureKey)
 	if !p.firstFailure.IsZero() {
 		d.Metadata.Set(metadata.FirstFailureKey, p.firstFailure.Format(time.RFC3339Nano))
 	}

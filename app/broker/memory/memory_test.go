@@ -192,3 +192,50 @@ func TestRedeliveryCarriesFirstFailure(t *testing.T) {
 		m.Nack()
 	}
 }
+
+// A subscription's queue reuses its slots: messages published while earlier
+// ones are being handled, past the buffer, and nacked ones coming back, keep
+// their order and their metadata, and a delivery's metadata is its own.
+func TestQueueKeepsOrderWhileReusingSlots(t *testing.T) {
+	t.Parallel()
+	ps, err := memory.New(memory.Config{OutputBuffer: 4}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ps.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	msgs, err := ps.Subscribe(ctx, "slots")
+	require.NoError(t, err)
+
+	publish := func(from, to int) {
+		for i := from; i < to; i++ {
+			m := message.NewMessage(watermill.NewUUID(), []byte(strconv.Itoa(i)))
+			m.Metadata.Set("n", strconv.Itoa(i))
+			require.NoError(t, ps.Publish("slots", m))
+			m.Metadata.Set("n", "changed after publish")
+		}
+	}
+	next := func() *message.Message {
+		select {
+		case m := <-msgs:
+			return m
+		case <-time.After(5 * time.Second):
+			require.FailNow(t, "no delivery")
+			return nil
+		}
+	}
+	publish(0, 3)
+	var got []string
+	first := next()
+	first.Metadata.Set("n", "changed by the handler")
+	first.Nack() // requeued behind 1 and 2 before 1 is handed out
+	for len(got) < 10 {
+		m := next()
+		if len(got) == 0 {
+			publish(3, 10) // past the buffer, while 1 is being handled
+		}
+		assert.Equal(t, string(m.Payload), m.Metadata.Get("n"), "metadata as published")
+		got = append(got, string(m.Payload))
+		m.Ack()
+	}
+	assert.Equal(t, []string{"1", "2", "0", "3", "4", "5", "6", "7", "8", "9"}, got)
+}

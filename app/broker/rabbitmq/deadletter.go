@@ -77,15 +77,41 @@ type deliveryFacts struct {
 // message context, so that a dead letter made from it (its context derives
 // from the handler's) can keep the delivery's typed headers and properties.
 func withDelivery(ctx context.Context, d amqp.Delivery, queue string) context.Context {
-	return context.WithValue(ctx, deliveryKey{}, deliveryFacts{queue: queue, d: d})
+	return &deliveryCtx{Context: ctx, facts: deliveryFacts{queue: queue, d: d}}
 }
 
 func deliveryOf(ctx context.Context) (deliveryFacts, bool) {
 	if ctx == nil {
 		return deliveryFacts{}, false
 	}
-	f, ok := ctx.Value(deliveryKey{}).(deliveryFacts)
-	return f, ok
+	if c, ok := ctx.Value(deliveryKey{}).(*deliveryCtx); ok {
+		return c.facts, true
+	}
+	return deliveryFacts{}, false
+}
+
+// deliveryCtx carries a delivery's facts in one allocation per message:
+// context.WithValue would box the (large) amqp.Delivery in a second one.
+// Everything but deliveryKey is the embedded context's, so contexts derived
+// from it hang on the consumer's cancelable context directly.
+type deliveryCtx struct {
+	context.Context
+	facts deliveryFacts
+}
+
+func (c *deliveryCtx) Value(key any) any {
+	if _, ok := key.(deliveryKey); ok {
+		return c
+	}
+	return c.Context.Value(key)
+}
+
+func (c *deliveryCtx) String() string {
+	name := "context"
+	if s, ok := c.Context.(interface{ String() string }); ok {
+		name = s.String()
+	}
+	return name + ".WithDelivery(" + c.facts.queue + ")"
 }
 
 // isDeadLetter reports whether msgs hold a dead letter of eventpipe's.

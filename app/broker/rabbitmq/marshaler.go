@@ -111,17 +111,19 @@ func (Marshaler) Marshal(msg *message.Message) (amqp.Publishing, error) {
 // Unmarshal turns a delivery into a Watermill message. It never returns an
 // error: a delivery that cannot be read would be nacked and redelivered
 // forever.
+//
+// It reads what wamqp.DefaultMarshaler reads (the UUID header, every other
+// header as metadata) straight into the message, every header rendered by
+// HeaderString: the default takes string headers only, and a table of them
+// first would cost a map and a boxed string per header on every delivery.
 func (Marshaler) Unmarshal(d amqp.Delivery) (*message.Message, error) {
-	headers := make(amqp.Table, len(d.Headers))
+	msg := message.NewMessage("", d.Body)
 	for k, v := range d.Headers {
-		headers[k] = HeaderString(v)
-	}
-	d.Headers = headers
-
-	// With every header a string, the default cannot fail.
-	msg, err := wamqp.DefaultMarshaler{}.Unmarshal(d)
-	if err != nil {
-		return nil, err
+		if k == wamqp.DefaultMessageUUIDHeaderKey {
+			msg.UUID = HeaderString(v)
+			continue
+		}
+		msg.Metadata[k] = HeaderString(v)
 	}
 	if msg.UUID == "" {
 		msg.UUID = d.MessageId
