@@ -120,7 +120,6 @@ func (p *fakeProc) GenerateQuestions(ctx context.Context, j aiworker.Job, r *cat
 	if err := p.call(r.SessionID); err != nil {
 		return nil, err
 	}
-	j.NotifySession(ctx, catalog.EventPoolProgress, map[string]any{"sessionId": r.SessionID, "phase": "GENERATING"})
 	return p.Sample.GenerateQuestions(ctx, j, r)
 }
 

@@ -21,11 +21,12 @@ func ReportKey(sessionID int64) string { return fmt.Sprintf("feedback/%d/report.
 // stored at ReportKey. A report that cannot be stored leaves reportS3Key
 // null and the feedback a success (§5.11: "렌더·업로드 실패는 … None 폴백").
 func (p *Processors) GenerateFeedback(ctx context.Context, job aiworker.Job, r *catalog.GenerateFeedbackV1) (catalog.FeedbackCallbackV1, error) {
+	// llmgen publishes PREPARING, SCORING and FINALIZING; the report is
+	// rendered within FINALIZING.
 	fb, err := p.cfg.Generator.GenerateFeedback(ctx, job, r)
 	if err != nil {
 		return fb, err
 	}
-	job.NotifySession(ctx, catalog.EventFeedbackProgress, map[string]any{"sessionId": r.SessionID, "phase": "FINALIZING", "message": "리포트를 정리하고 있습니다"})
 	key := ReportKey(r.SessionID)
 	if err := p.cfg.Objects.Put(ctx, key, []byte(RenderReport(r, fb)), "text/markdown; charset=utf-8"); err != nil {
 		p.cfg.Logger.WarnContext(ctx, "stackup feedback report not stored; reportS3Key null", slog.String("message_id", job.Envelope.MessageID),
@@ -151,9 +152,12 @@ Output only the restated question, plain text, no markdown, in the language of t
 // GenerateFollowup implements aiworker.FollowupGenerator with a streamed
 // question: first the answer's intent and evaluation (structured output),
 // then — for NORMAL and CLARIFICATION — the question streamed from the
-// chat-completions API, each piece published as SESSION_MESSAGE_DELTA
-// {messageId: followupMessageId, seq, text} (§5.12-1; volatile, a failed
-// publish is only logged). Without a followupMessageId (the legacy path)
+// chat-completions API through an aiworker.FollowupStream: each piece
+// published as SESSION_MESSAGE_DELTA {messageId: followupMessageId, seq,
+// text} (§5.12-1), each sentence synthesised in the background
+// (synthesizeSegment) and announced as SESSION_MESSAGE_AUDIO (§5.12-2), all
+// gathered before the callback. Both are volatile: a failed publish or
+// synthesis is only logged. Without a followupMessageId (the legacy path)
 // nothing is streamed to the session.
 func (p *Processors) GenerateFollowup(ctx context.Context, job aiworker.Job, r *catalog.GenerateFollowupV1) (aiworker.Followup, error) {
 	input, err := json.Marshal(r)
@@ -188,15 +192,17 @@ func (p *Processors) GenerateFollowup(ctx context.Context, job aiworker.Job, r *
 	default:
 		system = questionClarifySystem
 	}
-	seq := 0
+	stream := job.StreamFollowup(ctx, r, p.synthesizeSegment)
 	q, err := p.cfg.Model.Stream(ctx, llm.StreamRequest{Messages: []llm.Message{{Role: "system", Content: system}, {Role: "user", Content: string(input)}}},
 		func(delta string) error {
-			if r.FollowupMessageID != nil {
-				job.NotifySession(ctx, catalog.EventMessageDelta, map[string]any{"messageId": *r.FollowupMessageID, "seq": seq, "text": delta})
-			}
-			seq++
+			stream.Delta(delta)
 			return nil
 		})
+	if err != nil {
+		stream.Abort()
+	} else {
+		stream.Finish()
+	}
 	if err != nil {
 		if errors.Is(err, llm.ErrInvalidOutput) {
 			return aiworker.Followup{}, fmt.Errorf("followup question: %w: %w", aiworker.ErrSchemaInvalid, err)
