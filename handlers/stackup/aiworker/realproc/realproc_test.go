@@ -17,6 +17,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/llm"
 	"github.com/eventpipe/eventpipe/handlers/stackup/aiworker"
 	"github.com/eventpipe/eventpipe/handlers/stackup/aiworker/realproc"
+	"github.com/eventpipe/eventpipe/handlers/stackup/aiworker/llmgen"
 	"github.com/eventpipe/eventpipe/handlers/stackup/catalog"
 	"github.com/eventpipe/eventpipe/handlers/stackup/internalapi"
 )
@@ -339,7 +340,9 @@ const feedbackJSON = `{"overallScore":72,"technicalAccuracy":70,"logicScore":75,
 func TestGenerateFeedbackStoresTheReport(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, nil)
-	r.ai.chat["feedback"] = feedbackJSON
+	for _, name := range llmgen.FeedbackEvaluators() {
+		r.ai.chat[name] = feedbackJSON // each evaluator takes its own fields
+	}
 	ctx := context.Background()
 	parent := int64(1)
 	req := &catalog.GenerateFeedbackV1{SessionID: 99, Mode: "TECHNICAL", Messages: []catalog.TranscriptMessage{
@@ -357,7 +360,9 @@ func TestGenerateFeedbackStoresTheReport(t *testing.T) {
 
 	// A report that cannot be stored leaves the feedback a success.
 	broken := newRig(t, func(c *realproc.Config) { c.Objects = failingObjects{} })
-	broken.ai.chat["feedback"] = feedbackJSON
+	for _, name := range llmgen.FeedbackEvaluators() {
+		broken.ai.chat[name] = feedbackJSON
+	}
 	fb, err = broken.p.GenerateFeedback(ctx, broken.job(1), req)
 	require.NoError(t, err)
 	assert.Nil(t, fb.ReportS3Key)
@@ -377,23 +382,52 @@ func TestGenerateFollowupStreams(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, nil)
 	r.ai.chat["followup_intent"] = `{"answerIntent":"NORMAL","answerEvaluation":{"specificity":3.5,"logic":4,"structure":"PARTIAL_STAR","correctness":null}}`
-	r.ai.stream = []string{"그 락은 ", "어느 격리 수준에서 ", "필요했나요?"}
+	r.ai.stream = []string{"그 락은 ", "어느 격리 수준에서 ", "필요했나요? ", "왜요?"}
+	r.ai.speech = []byte("ID3-sentence")
 	ctx := context.Background()
 	placeholder := int64(503)
 	f, err := r.p.GenerateFollowup(ctx, r.job(1), &catalog.GenerateFollowupV1{SessionID: 99, ParentMessageID: 501, AnswerMessageID: 502,
 		PreviousQuestion: "동시성은?", AnswerText: "락을 썼습니다", FollowupMessageID: &placeholder})
 	require.NoError(t, err)
 	assert.Equal(t, catalog.IntentNormal, f.AnswerIntent)
-	assert.Equal(t, "그 락은 어느 격리 수준에서 필요했나요?", f.FollowupQuestion)
+	assert.Equal(t, "그 락은 어느 격리 수준에서 필요했나요? 왜요?", f.FollowupQuestion)
 	assert.Equal(t, 3.5, *f.AnswerEvaluation.Specificity)
-	ev := r.events.all()
-	require.Len(t, ev, 3)
-	for i, e := range ev {
+	var deltas, audio []event
+	for _, e := range r.events.all() {
 		assert.Equal(t, catalog.RealtimeSessionNotify, e.MessageType)
-		assert.Equal(t, catalog.EventMessageDelta, e.EventType)
+		switch e.EventType {
+		case catalog.EventMessageDelta:
+			deltas = append(deltas, e)
+		case catalog.EventMessageAudio:
+			audio = append(audio, e)
+		default:
+			t.Errorf("unexpected event %s", e.EventType)
+		}
+	}
+	require.Len(t, deltas, 4)
+	for i, e := range deltas {
 		assert.EqualValues(t, 503, e.Data["messageId"])
 		assert.EqualValues(t, i, e.Data["seq"])
 		assert.Equal(t, r.ai.stream[i], e.Data["text"])
+	}
+	// One segment per sentence, stored at the shared key, announced after
+	// it is stored — all before GenerateFollowup returned (the callback).
+	require.Len(t, audio, 2)
+	for i, e := range audio {
+		assert.Equal(t, map[string]any{"messageId": 503.0, "seq": float64(i), "ext": "mp3", "durationSec": nil}, e.Data)
+		assert.Equal(t, "ID3-sentence", r.object(t, realproc.SegmentKey(99, 503, i, "mp3")))
+	}
+	assert.Equal(t, 2, r.ai.calls["/v1/audio/speech"])
+
+	// A TTS outage costs the audio, never the follow-up.
+	noSpeech := newRig(t, func(c *realproc.Config) { c.Objects = failingObjects{} })
+	noSpeech.ai.chat["followup_intent"] = r.ai.chat["followup_intent"]
+	noSpeech.ai.stream = r.ai.stream
+	f, err = noSpeech.p.GenerateFollowup(ctx, noSpeech.job(1), &catalog.GenerateFollowupV1{SessionID: 99, FollowupMessageID: &placeholder})
+	require.NoError(t, err)
+	assert.Equal(t, "그 락은 어느 격리 수준에서 필요했나요? 왜요?", f.FollowupQuestion)
+	for _, e := range noSpeech.events.all() {
+		assert.Equal(t, catalog.EventMessageDelta, e.EventType, "no segment stored, none announced")
 	}
 
 	r.ai.chat["followup_intent"] = `{"answerIntent":"DONT_KNOW","answerEvaluation":{"specificity":null,"logic":null,"structure":null,"correctness":null}}`
