@@ -16,8 +16,8 @@ import (
 	"github.com/eventpipe/eventpipe/app/failure"
 	"github.com/eventpipe/eventpipe/app/llm"
 	"github.com/eventpipe/eventpipe/handlers/stackup/aiworker"
-	"github.com/eventpipe/eventpipe/handlers/stackup/aiworker/realproc"
 	"github.com/eventpipe/eventpipe/handlers/stackup/aiworker/llmgen"
+	"github.com/eventpipe/eventpipe/handlers/stackup/aiworker/realproc"
 	"github.com/eventpipe/eventpipe/handlers/stackup/catalog"
 	"github.com/eventpipe/eventpipe/handlers/stackup/internalapi"
 )
