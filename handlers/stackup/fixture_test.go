@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -191,6 +192,15 @@ type failingCallbacks struct {
 	message.Publisher
 	mu  sync.Mutex
 	ids map[string]bool
+	// aiNotifications refuses the AI worker's own realtime notifications
+	// (the volatile progress events of §5.12).
+	aiNotifications bool
+}
+
+func (p *failingCallbacks) refuseAINotifications() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.aiNotifications = true
 }
 
 func (p *failingCallbacks) fail(requestID string) {
@@ -211,6 +221,11 @@ func (p *failingCallbacks) Publish(topic string, msgs ...*message.Message) error
 	for _, m := range msgs {
 		if p.ids[m.Metadata.Get(envelope.CorrelationIDKey)] {
 			return errBrokerRefused
+		}
+		if p.aiNotifications && strings.HasPrefix(topic, catalog.ExchangeRealtime+"/") {
+			if env, err := envelope.Decode(m.Payload); err == nil && env.Publisher == envelope.PublisherAI {
+				return errBrokerRefused
+			}
 		}
 	}
 	return p.Publisher.Publish(topic, msgs...)
