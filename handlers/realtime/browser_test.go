@@ -15,6 +15,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/testbrokers"
 	"github.com/eventpipe/eventpipe/handlers/realtime"
 	"github.com/eventpipe/eventpipe/handlers/realtime/browsertest"
+	"github.com/eventpipe/eventpipe/handlers/stackup"
 	"github.com/eventpipe/eventpipe/handlers/stackup/catalog"
 	"github.com/eventpipe/eventpipe/handlers/stackup/envelope"
 )
@@ -73,9 +74,9 @@ var readmeDemo = regexp.MustCompile(`/realtime/demo\?session=(\d+)#token=\$\(bin
 // TestDemoPageAsTheREADMEOpensIt opens the page exactly as the README says
 // (its URL and its token command's user and session, read from README.md)
 // and checks that it shows what `make run`'s StackUp sample traffic sends:
-// the sample requests are user 1's with a fresh session each, so their
-// notifications reach the user channel (DOC_STATE, ANALYSIS_PROGRESS), which
-// the page shows next to the session's.
+// the sample requests are user stackup.SampleUserID's, the interview runs on
+// session stackup.SampleSessionID — the page's two channels (handlers/stackup's
+// TestProgressEventsInTheBrowser reads every progress event off the page).
 func TestDemoPageAsTheREADMEOpensIt(t *testing.T) {
 	t.Parallel()
 	bin := browsertest.Chromium(t)
@@ -85,6 +86,8 @@ func TestDemoPageAsTheREADMEOpensIt(t *testing.T) {
 	require.NotNil(t, m, "README.md names the demo page's URL and token command (%s)", readmeDemo)
 	session, user, tokenSession := must(strconv.ParseInt(string(m[1]), 10, 64)), must(strconv.ParseInt(string(m[2]), 10, 64)), must(strconv.ParseInt(string(m[3]), 10, 64))
 	require.Equal(t, session, tokenSession, "the README's token covers the session its URL opens")
+	require.Equal(t, int64(stackup.SampleUserID), user, "the README opens the sample traffic's user")
+	require.Equal(t, int64(stackup.SampleSessionID), session, "the README opens the sample interview's session")
 
 	// The memory broker (make run's): in process, so ids 1 collide with no
 	// other test.

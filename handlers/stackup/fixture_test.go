@@ -167,6 +167,16 @@ func (s *eventSink) Deliver(_ context.Context, e realtime.Event) error {
 	return nil
 }
 
+func (s *eventSink) types() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, e := range s.events {
+		out = append(out, e.EventType)
+	}
+	return out
+}
+
 func (s *eventSink) find(channel string, id int64, eventType string) (realtime.Event, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
