@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/eventpipe/eventpipe/app/llm"
 	"github.com/eventpipe/eventpipe/handlers/stackup/aiworker"
@@ -31,12 +32,43 @@ type Completer interface {
 	Complete(ctx context.Context, req llm.Request) (llm.Response, error)
 }
 
+// Retriever finds context for a prompt in the user's documents (RAG: the
+// pool's documents, §5.6; a follow-up's contextDocumentIds, §5.8). A failed search is not fatal (§10: "실패 시 AI
+// 는 빈 결과로 폴백"): the Retriever logs it and returns what it has, none.
+type Retriever interface {
+	Retrieve(ctx context.Context, job aiworker.Job, documentIDs []int64, query string) []string
+}
+
+// CallLogger records one model call (Core's POST /api/internal/ai-logs).
+// Fire-and-forget: it logs its own failures and returns nothing to fail on.
+type CallLogger interface {
+	LogCall(ctx context.Context, job aiworker.Job, call Call)
+}
+
+// Call is one model call, as CallLogger records it.
+type Call struct {
+	// RequestType names the call: its schema name (question_pool,
+	// feedback_scores, followup_intent …) or followup_question_stream.
+	RequestType string
+	// Model is the model that answered, or the one asked for.
+	Model   string
+	Usage   llm.Usage
+	Latency time.Duration
+	Err     error
+}
+
 // Generator implements aiworker.QuestionGenerator, FollowupGenerator and
 // FeedbackGenerator.
 type Generator struct {
 	Client Completer
 	// Model overrides the client's model ("" keeps it).
 	Model string
+	// Retriever, when set, gives generate.questions context found in its
+	// documents (their documentIds scope the search); nil generates
+	// without.
+	Retriever Retriever
+	// Log, when set, records every model call.
+	Log CallLogger
 }
 
 var (
@@ -45,11 +77,12 @@ var (
 	_ aiworker.FeedbackGenerator = Generator{}
 )
 
-func (g Generator) complete(ctx context.Context, name, system string, input any, schema string, out any) error {
+func (g Generator) complete(ctx context.Context, job aiworker.Job, name, system string, input any, schema string, out any) error {
 	user, err := json.Marshal(input)
 	if err != nil {
 		return fmt.Errorf("llmgen %s: encode input: %w", name, err)
 	}
+	start := time.Now()
 	resp, err := g.Client.Complete(ctx, llm.Request{
 		Model: g.Model,
 		Messages: []llm.Message{
@@ -59,6 +92,13 @@ func (g Generator) complete(ctx context.Context, name, system string, input any,
 		Schema:        llm.Schema{Name: name, JSON: json.RawMessage(schema), Strict: true},
 		PromptVersion: PromptVersion,
 	})
+	if g.Log != nil {
+		model := resp.Model
+		if model == "" {
+			model = g.Model
+		}
+		g.Log.LogCall(ctx, job, Call{RequestType: name, Model: model, Usage: resp.Usage, Latency: time.Since(start), Err: err})
+	}
 	if err != nil {
 		if errors.Is(err, llm.ErrInvalidOutput) {
 			return fmt.Errorf("llmgen %s: %w: %w", name, aiworker.ErrSchemaInvalid, err)
@@ -73,7 +113,7 @@ func (g Generator) complete(ctx context.Context, name, system string, input any,
 
 const questionsSystem = `You are an interviewer preparing a technical interview. The first question (self-introduction) is already fixed.
 Generate exactly initialQuestionCount questions (at most maxQuestions) grounded first in selfIntroAnswer, then in the documents.
-Do not repeat recentQuestions. For JOB_TAILORED mode use targetCompanyName and targetJobDescription for fit and motivation questions.
+Do not repeat recentQuestions. retrievedContext, when present, holds excerpts of the candidate's documents found for this interview: prefer them as targetEvidence. For JOB_TAILORED mode use targetCompanyName and targetJobDescription for fit and motivation questions.
 For each question: category (e.g. PROJECT_DEEP_DIVE, TECH_STACK, CS_FUNDAMENTAL, BEHAVIORAL), question, jobCategory (one of jobCategories or null),
 targetEvidence (a quote of the material the question rests on; required for PROJECT and TECH categories, else may be empty),
 expectedSignal (what a strong answer must show; internal, never shown to the candidate). Plain text, no markdown.`
@@ -83,14 +123,46 @@ const questionsSchema = `{"type":"object","additionalProperties":false,"required
 "category":{"type":"string"},"question":{"type":"string"},"jobCategory":{"type":["string","null"]},
 "targetEvidence":{"type":"string"},"expectedSignal":{"type":"string"}}}}}}`
 
-// GenerateQuestions implements aiworker.QuestionGenerator.
+// documentIDs are the ids of the session's documents (§5.6 documents[]):
+// the scope of the pool's search.
+func documentIDs(docs []catalog.SourceDocument) []int64 {
+	var ids []int64
+	for _, d := range docs {
+		if d.DocumentID > 0 {
+			ids = append(ids, d.DocumentID)
+		}
+	}
+	return ids
+}
+
+// questionsQuery is what the pool's context is searched with: what the
+// interview is about.
+func questionsQuery(req *catalog.GenerateQuestionsV1) string {
+	parts := []string{req.SelfIntroAnswer}
+	if req.TargetJobDescription != nil {
+		parts = append(parts, *req.TargetJobDescription)
+	}
+	parts = append(parts, req.JobCategories...)
+	return strings.TrimSpace(strings.Join(parts, "\n"))
+}
+
+// GenerateQuestions implements aiworker.QuestionGenerator: CONTEXT_BUILDING
+// (the Retriever's search of contextDocumentIds), GENERATING (the model
+// call), FINALIZING (the pool checked) on the session.
 func (g Generator) GenerateQuestions(ctx context.Context, job aiworker.Job, req *catalog.GenerateQuestionsV1) ([]catalog.Question, error) {
 	job.PoolProgress(ctx, req.SessionID, aiworker.PhaseContextBuilding, "면접 맥락을 준비하고 있습니다")
+	input := struct {
+		*catalog.GenerateQuestionsV1
+		RetrievedContext []string `json:"retrievedContext,omitempty"`
+	}{GenerateQuestionsV1: req}
+	if ids := documentIDs(req.Documents); g.Retriever != nil && len(ids) > 0 {
+		input.RetrievedContext = g.Retriever.Retrieve(ctx, job, ids, questionsQuery(req))
+	}
 	job.PoolProgress(ctx, req.SessionID, aiworker.PhaseGenerating, "질문을 생성하고 있습니다")
 	var out struct {
 		Questions []catalog.Question `json:"questions"`
 	}
-	if err := g.complete(ctx, "question_pool", questionsSystem, req, questionsSchema, &out); err != nil {
+	if err := g.complete(ctx, job, "question_pool", questionsSystem, input, questionsSchema, &out); err != nil {
 		return nil, err
 	}
 	job.PoolProgress(ctx, req.SessionID, aiworker.PhaseFinalizing, "질문을 정리하고 있습니다")
@@ -114,13 +186,13 @@ const followupSchema = `{"type":"object","additionalProperties":false,"required"
 "specificity":{"type":["number","null"]},"logic":{"type":["number","null"]},"structure":{"type":["string","null"]},"correctness":{"type":["number","null"]}}}}}`
 
 // GenerateFollowup implements aiworker.FollowupGenerator.
-func (g Generator) GenerateFollowup(ctx context.Context, _ aiworker.Job, req *catalog.GenerateFollowupV1) (aiworker.Followup, error) {
+func (g Generator) GenerateFollowup(ctx context.Context, job aiworker.Job, req *catalog.GenerateFollowupV1) (aiworker.Followup, error) {
 	var out struct {
 		AnswerIntent     string                   `json:"answerIntent"`
 		FollowupQuestion string                   `json:"followupQuestion"`
 		AnswerEvaluation catalog.AnswerEvaluation `json:"answerEvaluation"`
 	}
-	if err := g.complete(ctx, "followup", followupSystem, req, followupSchema, &out); err != nil {
+	if err := g.complete(ctx, job, "followup", followupSystem, req, followupSchema, &out); err != nil {
 		return aiworker.Followup{}, err
 	}
 	if out.AnswerIntent != catalog.IntentDontKnow && strings.TrimSpace(out.FollowupQuestion) == "" {
@@ -228,7 +300,7 @@ func (g Generator) GenerateFeedback(ctx context.Context, job aiworker.Job, req *
 	for i, e := range feedbackEvaluators {
 		wg.Go(func() {
 			defer scoring.Done()
-			if err := g.complete(ctx, e.name, feedbackPanel+e.system, req, e.schema(), &parts[i]); err != nil {
+			if err := g.complete(ctx, job, e.name, feedbackPanel+e.system, req, e.schema(), &parts[i]); err != nil {
 				mu.Lock()
 				if firstErr == nil {
 					firstErr = err

@@ -168,3 +168,55 @@ func TestFeedbackPanelInParallel(t *testing.T) {
 	require.ErrorIs(t, err, aiworker.ErrSchemaInvalid)
 	assert.NotContains(t, rec.phases(catalog.EventFeedbackProgress), "FINALIZING")
 }
+
+type fakeRetriever struct {
+	ids   []int64
+	query string
+}
+
+func (f *fakeRetriever) Retrieve(_ context.Context, _ aiworker.Job, ids []int64, query string) []string {
+	f.ids, f.query = ids, query
+	return []string{"chunk about locks"}
+}
+
+type callLog struct {
+	mu    sync.Mutex
+	calls []llmgen.Call
+}
+
+func (l *callLog) LogCall(_ context.Context, _ aiworker.Job, c llmgen.Call) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls = append(l.calls, c)
+}
+
+// TestRetrieverAndCallLog: the pool's documents scope its search, the chunks
+// reach the prompt, and every model call is logged (the failing one too).
+func TestRetrieverAndCallLog(t *testing.T) {
+	t.Parallel()
+	ret, log := &fakeRetriever{}, &callLog{}
+	f := &fakeLLM{content: `{"questions":[{"category":"C","question":"Q?","jobCategory":null,"targetEvidence":"","expectedSignal":"s"}]}`}
+	g := llmgen.Generator{Client: f, Retriever: ret, Log: log}
+	_, err := g.GenerateQuestions(context.Background(), aiworker.Job{}, &catalog.GenerateQuestionsV1{SessionID: 1, SelfIntroAnswer: "백엔드",
+		Documents: []catalog.SourceDocument{{DocumentID: 42}, {DocumentID: 43}}})
+	require.NoError(t, err)
+	assert.Equal(t, []int64{42, 43}, ret.ids)
+	assert.Equal(t, "백엔드", ret.query)
+	assert.Contains(t, f.got.Messages[1].Content, `"retrievedContext":["chunk about locks"]`)
+	require.Len(t, log.calls, 1)
+	assert.Equal(t, "question_pool", log.calls[0].RequestType)
+	assert.NoError(t, log.calls[0].Err)
+
+	ret.ids = nil
+	_, err = g.GenerateQuestions(context.Background(), aiworker.Job{}, &catalog.GenerateQuestionsV1{SessionID: 1})
+	require.NoError(t, err)
+	assert.Nil(t, ret.ids, "no documents: no search")
+	assert.NotContains(t, f.got.Messages[1].Content, "retrievedContext")
+
+	log.calls = nil
+	g.Client = &fakeLLM{err: failure.AsTransient(&llm.APIError{StatusCode: 503}, 0)}
+	_, err = g.GenerateFeedback(context.Background(), aiworker.Job{}, &catalog.GenerateFeedbackV1{SessionID: 1})
+	require.Error(t, err)
+	require.Len(t, log.calls, len(llmgen.FeedbackEvaluators()), "one row per evaluator's call")
+	assert.Error(t, log.calls[0].Err)
+}

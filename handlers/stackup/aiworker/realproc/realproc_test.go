@@ -455,3 +455,66 @@ func TestChunks(t *testing.T) {
 	}
 	assert.Len(t, realproc.Chunks(text, 100, 3), 3)
 }
+
+// TestRAGAndAILogs: generate.followup's contextDocumentIds and
+// generate.questions' documents are searched through Core's internal API,
+// scoped to the request's user, and the chunks found go into the prompt;
+// every model call leaves an ai-logs row. Neither can fail the job.
+func TestRAGAndAILogs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := newRig(t, nil)
+	_, err := r.core.PutEmbeddings(ctx, 1, 12, []internalapi.Chunk{{Index: 0, Text: "결제 시스템에서 낙관적 락으로 재고 차감", Embedding: []float32{0, 1, 0, 0}}})
+	require.NoError(t, err)
+	_, err = r.core.PutEmbeddings(ctx, 2, 13, []internalapi.Chunk{{Index: 0, Text: "someone else's resume", Embedding: []float32{0, 1, 0, 0}}})
+	require.NoError(t, err)
+	r.ai.chat["followup_intent"] = `{"answerIntent":"NORMAL","answerEvaluation":{"specificity":3,"logic":3,"structure":"NONE","correctness":4}}`
+	r.ai.stream = []string{"왜 낙관적 락이었나요?"}
+	placeholder := int64(503)
+	req := &catalog.GenerateFollowupV1{SessionID: 99, ParentMessageID: 501, AnswerMessageID: 502, PreviousQuestion: "동시성은?",
+		AnswerText: "락을 썼습니다", FollowupMessageID: &placeholder, ContextDocumentIDs: []int64{12, 13}}
+	job := r.job(1)
+	job.Envelope.TraceID = "trace-rag"
+	_, err = r.p.GenerateFollowup(ctx, job, req)
+	require.NoError(t, err)
+	for _, name := range []string{"followup_intent", "stream"} {
+		assert.Contains(t, r.ai.prompts[name], "결제 시스템에서 낙관적 락으로 재고 차감", "%s: the user's chunk is in the prompt", name)
+		assert.NotContains(t, r.ai.prompts[name], "someone else's resume", "%s: §10.1, another user's document is never searched", name)
+	}
+	var types []string
+	for _, l := range r.coreDB.AILogs() {
+		types = append(types, l.RequestType)
+		require.NotNil(t, l.UserID)
+		assert.EqualValues(t, 1, *l.UserID)
+		assert.True(t, l.Success)
+		assert.NotEmpty(t, l.Model)
+		assert.Equal(t, "trace-rag", l.TraceID, "the request's trace")
+	}
+	assert.Equal(t, []string{"followup_intent", "followup_question_stream"}, types)
+
+	r.ai.chat["question_pool"] = `{"questions":[{"category":"C","question":"Q?","jobCategory":null,"targetEvidence":"","expectedSignal":"s"}]}`
+	_, err = r.p.All().Questions.GenerateQuestions(ctx, r.job(1), &catalog.GenerateQuestionsV1{SessionID: 99, Mode: "TECHNICAL",
+		SelfIntroAnswer: "결제 시스템 백엔드 개발자입니다", Documents: []catalog.SourceDocument{{DocumentID: 12, SourceType: "RESUME"}}})
+	require.NoError(t, err)
+	assert.Contains(t, r.ai.prompts["question_pool"], "결제 시스템에서 낙관적 락으로 재고 차감", "the pool's documents are searched")
+	logs := r.coreDB.AILogs()
+	assert.Equal(t, "question_pool", logs[len(logs)-1].RequestType)
+
+	// No user id: no search (§10.1), no context.
+	embeds := r.ai.calls["/v1/embeddings"]
+	anon := r.job(0)
+	_, err = r.p.GenerateFollowup(ctx, anon, req)
+	require.NoError(t, err)
+	assert.Equal(t, embeds, r.ai.calls["/v1/embeddings"], "nothing embedded, nothing searched")
+	assert.NotContains(t, r.ai.prompts["followup_intent"], "retrievedContext")
+
+	// Core unreachable (search and ai-logs fail): no context, the follow-up
+	// still done.
+	down := newRig(t, func(c *realproc.Config) { c.Core = &internalapi.Client{BaseURL: "http://127.0.0.1:1", APIKey: "k"} })
+	down.ai.chat["followup_intent"] = r.ai.chat["followup_intent"]
+	down.ai.stream = r.ai.stream
+	f, err := down.p.GenerateFollowup(ctx, down.job(1), req)
+	require.NoError(t, err, "a failed search or ai-log never fails the job")
+	assert.Equal(t, "왜 낙관적 락이었나요?", f.FollowupQuestion)
+	assert.NotContains(t, down.ai.prompts["followup_intent"], "retrievedContext")
+}
