@@ -3,8 +3,11 @@
 // github.com/ledongthuc/pdf, web pages through net/http and readability
 // (codeberg.org/readeck/go-readability), repositories through GitHub's REST
 // API with the token Core delegates (§10), summaries, embeddings, speech and
-// transcripts on an OpenAI-compatible API (app/llm), embeddings stored
-// through Core's internal API.
+// transcripts on an OpenAI-compatible API (app/llm), embeddings stored,
+// RAG context searched and every chat call logged through Core's internal
+// API (decision 0033). The progress events of §5.12 go to the request's
+// user or session through aiworker.Job; a failed publish, search or AI log
+// is a warning, never the job's failure.
 //
 // Each external service sits behind a small interface declared here (Objects,
 // Model, Core); production passes *s3store.Bucket, *llm.Client and
