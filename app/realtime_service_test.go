@@ -56,19 +56,26 @@ func TestServeRealtimeStreams(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, "text/event-stream", strings.Split(resp.Header.Get("Content-Type"), ";")[0])
 
-	// The sample traffic analyses documents of user 1: their DOC_STATE
-	// events reach the user's channel.
+	// The sample traffic analyses documents of user 1: each analysis's
+	// progress, then its DOC_STATE, reach the user's channel (read from the
+	// first DOC_STATE to the next: the stream may open mid-analysis).
 	lines := bufio.NewScanner(resp.Body)
 	deadline := time.AfterFunc(20*time.Second, func() { _ = resp.Body.Close() })
 	defer deadline.Stop()
-	var event string
-	for lines.Scan() {
-		if e, ok := strings.CutPrefix(lines.Text(), "event: "); ok {
-			event = e
-			break
+	var events []string
+	docStates := 0
+	for lines.Scan() && docStates < 2 {
+		e, ok := strings.CutPrefix(lines.Text(), "event: ")
+		switch {
+		case !ok:
+		case e == "DOC_STATE":
+			docStates++
+			events = append(events, e)
+		case e == "ANALYSIS_PROGRESS" && docStates == 1:
+			events = append(events, e)
 		}
 	}
-	assert.Equal(t, "DOC_STATE", event)
+	assert.Equal(t, []string{"DOC_STATE", "ANALYSIS_PROGRESS", "ANALYSIS_PROGRESS", "ANALYSIS_PROGRESS", "DOC_STATE"}, events)
 
 	cancel()
 	require.NoError(t, <-done)

@@ -37,13 +37,6 @@ var testSecret = []byte("test-secret-test-secret-test-secret!")
 
 var testLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
-}
-
 // loadTopology reads the StackUp topology. On SQS, whose emulator has no
 // namespaces, the realtime queue and its DLQ get a per-test suffix so that
 // parallel tests (and handlers/stackup's) never consume each other's

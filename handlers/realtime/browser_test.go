@@ -1,10 +1,8 @@
 package realtime_test
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"testing"
@@ -16,42 +14,18 @@ import (
 
 	"github.com/eventpipe/eventpipe/app/testbrokers"
 	"github.com/eventpipe/eventpipe/handlers/realtime"
+	"github.com/eventpipe/eventpipe/handlers/realtime/browsertest"
+	"github.com/eventpipe/eventpipe/handlers/stackup"
 	"github.com/eventpipe/eventpipe/handlers/stackup/catalog"
 	"github.com/eventpipe/eventpipe/handlers/stackup/envelope"
 )
-
-// chromium returns the browser the test drives: EVENTPIPE_CHROMIUM or
-// /usr/bin/chromium (.ci/chromium installs it; make test runs it first).
-// Missing, it fails the test under CI (CI=true or CI=1, as .ci/services
-// reads it), where a skip would turn the run green without the test; on a
-// developer machine it skips, saying why. app/testenv has no such switch:
-// its services fail a test everywhere.
-func chromium(t *testing.T) string {
-	t.Helper()
-	bin := envOr("EVENTPIPE_CHROMIUM", "/usr/bin/chromium")
-	if _, err := exec.LookPath(bin); err != nil {
-		if ci := os.Getenv("CI"); ci == "true" || ci == "1" {
-			require.Failf(t, "chromium is missing", "%v: CI must provide it; run .ci/chromium (make test does)", err)
-		}
-		t.Skipf("chromium is missing (%v): skipped on this developer machine (under CI, CI=true or 1, it fails); install it with .ci/chromium (as root)", err)
-	}
-	return bin
-}
-
-// shownEvent is one list item of the demo page.
-type shownEvent struct {
-	Channel string `json:"channel"`
-	Type    string `json:"type"`
-	ID      string `json:"id"`
-	Text    string `json:"text"`
-}
 
 // TestDemoPageInChromium opens the demo page in headless Chromium on every
 // broker, publishes notifications through the broker and reads them off the
 // page as EventSource delivered them.
 func TestDemoPageInChromium(t *testing.T) {
 	t.Parallel()
-	bin := chromium(t)
+	bin := browsertest.Chromium(t)
 	for _, k := range testbrokers.Kinds {
 		kind := k.Name
 		t.Run(kind, func(t *testing.T) {
@@ -62,7 +36,7 @@ func TestDemoPageInChromium(t *testing.T) {
 			other := newID()
 			tok := token(t, realtime.Claims{UserID: id, Sessions: []int64{id, other}})
 
-			browser := newBrowser(t, bin)
+			browser := browsertest.NewBrowser(t, bin)
 
 			page := fmt.Sprintf("%s/realtime/demo?session=%d#token=%s", inst.http.URL, id, tok)
 			require.NoError(t, chromedp.Do(browser,
@@ -78,47 +52,19 @@ func TestDemoPageInChromium(t *testing.T) {
 			require.NoError(t, chromedp.Do(browser,
 				chromedp.Poll[chromedp.Void](`document.querySelectorAll("#events li").length >= 3`, chromedp.WithPollingTimeout(30*time.Second)),
 			), "the page shows the events")
-			shown, err := chromedp.Run(browser, chromedp.Evaluate[[]shownEvent](
-				shownJS))
+			shown, err := chromedp.Run(browser, chromedp.Evaluate[[]browsertest.Event](browsertest.ShownJS))
 			require.NoError(t, err)
 			// The page listens to the types the server configured (FENCE
 			// added by the test); the other session's event is not there.
 			require.Len(t, shown, 3, "%v", shown)
 			ch := fmt.Sprintf("session %d", id)
-			assert.ElementsMatch(t, []shownEvent{
+			assert.ElementsMatch(t, []browsertest.Event{
 				{Channel: ch, Type: "FENCE", ID: m3, Text: ch + " FENCE null"},
 				{Channel: ch, Type: "question.created", ID: m1, Text: ch + ` question.created {"questionId":41}`},
 				{Channel: ch, Type: "SESSION_MESSAGE_DELTA", ID: m2, Text: ch + ` SESSION_MESSAGE_DELTA {"messageId":7,"seq":1,"text":"안녕"}`},
 			}, shown)
 		})
 	}
-}
-
-// shownJS reads the demo page's list.
-const shownJS = `[...document.querySelectorAll("#events li")].map(li => ({channel: li.dataset.channel, type: li.dataset.type, id: li.dataset.id, text: li.textContent}))`
-
-// newBrowser starts headless Chromium for one test; it ends with the test.
-func newBrowser(t *testing.T, bin string) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx,
-		chromedp.ExecPath(bin),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-	)
-	t.Cleanup(cancelAlloc)
-	browser, cancelBrowser := chromedp.NewContext(alloc)
-	t.Cleanup(cancelBrowser)
-	return browser
 }
 
 // readmeDemo is how the README tells a reader to open the demo page during
@@ -128,25 +74,27 @@ var readmeDemo = regexp.MustCompile(`/realtime/demo\?session=(\d+)#token=\$\(bin
 // TestDemoPageAsTheREADMEOpensIt opens the page exactly as the README says
 // (its URL and its token command's user and session, read from README.md)
 // and checks that it shows what `make run`'s StackUp sample traffic sends:
-// the sample requests are user 1's with a fresh session each, so their
-// notifications reach the user channel (DOC_STATE, ANALYSIS_PROGRESS), which
-// the page shows next to the session's.
+// the sample requests are user stackup.SampleUserID's, the interview runs on
+// session stackup.SampleSessionID — the page's two channels (handlers/stackup's
+// TestProgressEventsInTheBrowser reads every progress event off the page).
 func TestDemoPageAsTheREADMEOpensIt(t *testing.T) {
 	t.Parallel()
-	bin := chromium(t)
+	bin := browsertest.Chromium(t)
 	readme, err := os.ReadFile("../../README.md")
 	require.NoError(t, err)
 	m := readmeDemo.FindSubmatch(readme)
 	require.NotNil(t, m, "README.md names the demo page's URL and token command (%s)", readmeDemo)
 	session, user, tokenSession := must(strconv.ParseInt(string(m[1]), 10, 64)), must(strconv.ParseInt(string(m[2]), 10, 64)), must(strconv.ParseInt(string(m[3]), 10, 64))
 	require.Equal(t, session, tokenSession, "the README's token covers the session its URL opens")
+	require.Equal(t, int64(stackup.SampleUserID), user, "the README opens the sample traffic's user")
+	require.Equal(t, int64(stackup.SampleSessionID), session, "the README opens the sample interview's session")
 
 	// The memory broker (make run's): in process, so ids 1 collide with no
 	// other test.
 	c := newCluster(t, "memory", clusterOptions{instances: 1})
 	inst := c.instances[0]
 	tok := token(t, realtime.Claims{UserID: user, Sessions: []int64{tokenSession}})
-	browser := newBrowser(t, bin)
+	browser := browsertest.NewBrowser(t, bin)
 	page := fmt.Sprintf("%s/realtime/demo?session=%d#token=%s", inst.http.URL, session, tok)
 	require.NoError(t, chromedp.Do(browser,
 		chromedp.Navigate(page),
@@ -160,10 +108,10 @@ func TestDemoPageAsTheREADMEOpensIt(t *testing.T) {
 	require.NoError(t, chromedp.Do(browser,
 		chromedp.Poll[chromedp.Void](`document.querySelectorAll("#events li").length >= 2`, chromedp.WithPollingTimeout(30*time.Second)),
 	), "the page shows the events")
-	shown, err := chromedp.Run(browser, chromedp.Evaluate[[]shownEvent](shownJS))
+	shown, err := chromedp.Run(browser, chromedp.Evaluate[[]browsertest.Event](browsertest.ShownJS))
 	require.NoError(t, err)
 	u, s := fmt.Sprintf("user %d", user), fmt.Sprintf("session %d", session)
-	assert.ElementsMatch(t, []shownEvent{
+	assert.ElementsMatch(t, []browsertest.Event{
 		{Channel: u, Type: "DOC_STATE", ID: m1, Text: u + ` DOC_STATE {"documentId":77,"state":"ANALYZED"}`},
 		{Channel: s, Type: "question.created", ID: m2, Text: s + ` question.created {"questionId":1}`},
 	}, shown)

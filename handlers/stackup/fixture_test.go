@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -120,7 +121,6 @@ func (p *fakeProc) GenerateQuestions(ctx context.Context, j aiworker.Job, r *cat
 	if err := p.call(r.SessionID); err != nil {
 		return nil, err
 	}
-	j.NotifySession(ctx, catalog.EventPoolProgress, map[string]any{"sessionId": r.SessionID, "phase": "GENERATING"})
 	return p.Sample.GenerateQuestions(ctx, j, r)
 }
 
@@ -167,6 +167,16 @@ func (s *eventSink) Deliver(_ context.Context, e realtime.Event) error {
 	return nil
 }
 
+func (s *eventSink) types() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, e := range s.events {
+		out = append(out, e.EventType)
+	}
+	return out
+}
+
 func (s *eventSink) find(channel string, id int64, eventType string) (realtime.Event, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -192,6 +202,15 @@ type failingCallbacks struct {
 	message.Publisher
 	mu  sync.Mutex
 	ids map[string]bool
+	// aiNotifications refuses the AI worker's own realtime notifications
+	// (the volatile progress events of §5.12).
+	aiNotifications bool
+}
+
+func (p *failingCallbacks) refuseAINotifications() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.aiNotifications = true
 }
 
 func (p *failingCallbacks) fail(requestID string) {
@@ -212,6 +231,11 @@ func (p *failingCallbacks) Publish(topic string, msgs ...*message.Message) error
 	for _, m := range msgs {
 		if p.ids[m.Metadata.Get(envelope.CorrelationIDKey)] {
 			return errBrokerRefused
+		}
+		if p.aiNotifications && strings.HasPrefix(topic, catalog.ExchangeRealtime+"/") {
+			if env, err := envelope.Decode(m.Payload); err == nil && env.Publisher == envelope.PublisherAI {
+				return errBrokerRefused
+			}
 		}
 	}
 	return p.Publisher.Publish(topic, msgs...)

@@ -165,6 +165,10 @@ func testRoundTrips(t *testing.T, kind string) {
 		{"user", user, catalog.EventRepoState},
 		{"session", sid, catalog.EventSessionMessage},
 		{"session", sid, catalog.EventPoolProgress},
+		{"session", sid, catalog.EventMessageDelta},
+		{"session", sid, catalog.EventMessageAudio},
+		{"user", user, catalog.EventAnalysisProgress},
+		{"session", sid2, catalog.EventFeedbackProgress},
 		{"session", sid2, catalog.EventFeedbackReady},
 	} {
 		eventually(t, fmt.Sprintf("%s event on %s %d", want.event, want.channel, want.id), func() bool {
@@ -537,4 +541,41 @@ func publishBare(t *testing.T, f *fixture, queue string, body []byte) {
 	ch, err := conn.Channel()
 	require.NoError(t, err)
 	require.NoError(t, ch.PublishWithContext(context.Background(), catalog.ExchangeCoreToAI, catalog.AnalyzeResume, false, false, amqp.Publishing{Body: body}))
+}
+
+// TestProgressPublishFailureNeverFailsTheJob: §5.12's progress events are
+// volatile — a broker refusing every one of them (here the AI worker's
+// realtime publishes) costs the events, never the requests' callbacks.
+func TestProgressPublishFailureNeverFailsTheJob(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "memory", fixtureOptions{})
+	f.failing.refuseAINotifications()
+	ctx := context.Background()
+	c := f.h.Core
+	user := newID()
+	doc := newID()
+	_, err := c.RequestAnalysis(ctx, user, &catalog.AnalyzeResumeV1{ResumeID: newID(), FilePath: "resumes/raw/1/a.pdf", AnalyzedDocumentID: doc})
+	require.NoError(t, err)
+	sid, question, answer := newSession(t, f, user)
+	placeholder := newID()
+	_, err = c.RequestQuestions(ctx, user, &catalog.GenerateQuestionsV1{SessionID: sid, Mode: "TECHNICAL", InitialQuestionCount: 2, MaxQuestions: 10, SelfIntroAnswer: "안녕하세요"})
+	require.NoError(t, err)
+	_, err = c.RequestFollowup(ctx, user, followupReq(sid, question, answer, placeholder))
+	require.NoError(t, err)
+	_, err = c.RequestFeedback(ctx, user, &catalog.GenerateFeedbackV1{SessionID: sid, Mode: "TECHNICAL",
+		Messages: []catalog.TranscriptMessage{{ID: 1, SequenceNumber: 1, Role: "INTERVIEWER", Content: "자기소개", Category: ptr("SELF_INTRODUCTION")}}})
+	require.NoError(t, err)
+
+	eventually(t, "document ANALYZED", func() bool { return docStatus(f, doc) == core.DocAnalyzed })
+	eventually(t, "question pool set", func() bool { return len(sessionOf(f, sid).QuestionPool) == 2 })
+	eventually(t, "follow-up placeholder updated", func() bool { return msgOf(f, placeholder).Status == core.MsgNormal })
+	eventually(t, "feedback stored", func() bool { _, err := f.store.Feedback(ctx, sid); return err == nil })
+	eventually(t, "Core's own notifications still go out", func() bool {
+		_, ok := f.sink.find("session", sid, catalog.EventFeedbackReady)
+		return ok
+	})
+	for _, ev := range []string{catalog.EventPoolProgress, catalog.EventMessageDelta, catalog.EventMessageAudio, catalog.EventFeedbackProgress} {
+		_, ok := f.sink.find("session", sid, ev)
+		assert.False(t, ok, "%s was refused by the broker", ev)
+	}
 }

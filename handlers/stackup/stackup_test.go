@@ -18,6 +18,7 @@ import (
 	"github.com/eventpipe/eventpipe/config"
 	"github.com/eventpipe/eventpipe/handlers/stackup"
 	"github.com/eventpipe/eventpipe/handlers/stackup/aiworker"
+	"github.com/eventpipe/eventpipe/handlers/stackup/catalog"
 	"github.com/eventpipe/eventpipe/handlers/stackup/core"
 )
 
@@ -59,10 +60,10 @@ func TestNewNeedsARole(t *testing.T) {
 func TestSampleTraffic(t *testing.T) {
 	t.Parallel()
 	ps, pub, _ := newRouted(t, "memory", stackupTopology)
-	store := core.NewMemory()
+	store, sink := core.NewMemory(), &eventSink{}
 	h, err := stackup.New(stackup.Roles{Core: true, AIWorker: true, Realtime: true}, stackup.Deps{
 		Topology: stackupTopology, Publisher: pub, Inbox: inbox.NewMemory(), Store: store, Outbox: outbox.AfterCommit{Publisher: pub},
-		Processors: aiworker.SampleProcessors(), Retry: testRetry, Logger: slog.New(slog.DiscardHandler),
+		Processors: aiworker.SampleProcessors(), Sink: sink, Retry: testRetry, Logger: slog.New(slog.DiscardHandler),
 	})
 	require.NoError(t, err)
 	startRoutes(t, ps, h)
@@ -70,20 +71,28 @@ func TestSampleTraffic(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- stackup.SampleTraffic(ctx, h, 20*time.Millisecond, slog.New(slog.DiscardHandler)) }()
-	eventually(t, "a sample analysis and a sample pool applied", func() bool {
-		analysed, pooled := false, false
+	eventually(t, "a sample analysis, pool, follow-up and feedback applied on the README's session", func() bool {
+		analysed := false
 		// SampleTraffic numbers its ids from the Unix time in milliseconds.
 		now := time.Now().Unix() * 1000
 		for id := now - 5000; id < now+5000; id++ {
 			if d, err := store.Document(context.Background(), id); err == nil && d.Status == core.DocAnalyzed {
 				analysed = true
-			}
-			if s, err := store.Session(context.Background(), id); err == nil && len(s.QuestionPool) > 0 {
-				pooled = true
+				break
 			}
 		}
-		return analysed && pooled
+		s, err := store.Session(context.Background(), stackup.SampleSessionID)
+		if err != nil || s.UserID != stackup.SampleUserID {
+			return false
+		}
+		_, ferr := store.Feedback(context.Background(), stackup.SampleSessionID)
+		return analysed && len(s.QuestionPool) > 0 && ferr == nil
 	})
+	events := sink.types()
+	for _, want := range []string{catalog.EventAnalysisProgress, catalog.EventPoolProgress, catalog.EventMessageDelta, catalog.EventMessageAudio,
+		catalog.EventFeedbackProgress} {
+		assert.Contains(t, events, want, "make run shows every progress event")
+	}
 	cancel()
 	require.NoError(t, <-done)
 	require.Error(t, stackup.SampleTraffic(ctx, &stackup.Handlers{}, time.Second, slog.New(slog.DiscardHandler)))

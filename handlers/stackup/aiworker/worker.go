@@ -243,6 +243,16 @@ func (w *Worker) Routes() (route.Set, error) {
 type Job struct {
 	Envelope envelope.Envelope
 	notify   func(ctx context.Context, messageType, eventType string, data any)
+	logger   *slog.Logger
+}
+
+// Logger is the request's logger (its message id, trace id and queue on
+// every line); slog.Default() for a Job built without one.
+func (j Job) Logger() *slog.Logger {
+	if j.logger == nil {
+		return slog.Default()
+	}
+	return j.logger
 }
 
 // NotifySession publishes a realtime.session.notify event (QUESTION_POOL_PROGRESS,
@@ -276,7 +286,7 @@ func (w *Worker) guard(consumer string, t catalog.Type, vh VersionHandler, maxAt
 			return err // duplicate → acknowledged by Observe; else the attempt's time ran out
 		}
 		defer l.Release()
-		job := Job{Envelope: d.Envelope, notify: func(nctx context.Context, mt, ev string, data any) { w.notify(nctx, d, mt, ev, data) }}
+		job := Job{Envelope: d.Envelope, logger: log, notify: func(nctx context.Context, mt, ev string, data any) { w.notify(nctx, d, mt, ev, data) }}
 
 		result, perr := run(ctx, vh, job, d.Payload)
 		var (

@@ -572,4 +572,5 @@ const (
 	EventPoolProgress     = "QUESTION_POOL_PROGRESS"
 	EventFeedbackProgress = "FEEDBACK_PROGRESS"
 	EventMessageDelta     = "SESSION_MESSAGE_DELTA"
+	EventMessageAudio     = "SESSION_MESSAGE_AUDIO"
 )

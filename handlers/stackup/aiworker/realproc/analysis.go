@@ -156,7 +156,7 @@ func (p *Processors) analyzeText(ctx context.Context, job aiworker.Job, t target
 	text = normalizeSpace(text)
 	progress(ctx, job, t, PhaseSummarizing, "문서를 요약하고 있습니다")
 	input, _ := json.Marshal(map[string]any{"documentType": t.Type, "text": truncateRunes(text, MaxSourceRunes)})
-	resp, err := p.cfg.Model.Complete(ctx, llm.Request{
+	resp, err := p.complete(ctx, job, llm.Request{
 		Messages:      []llm.Message{{Role: "system", Content: summarySystem}, {Role: "user", Content: string(input)}},
 		Schema:        llm.Schema{Name: "document_analysis", JSON: json.RawMessage(summarySchema), Strict: true},
 		PromptVersion: llmgen.PromptVersion,

@@ -25,6 +25,24 @@ func SegmentKey(sessionID, messageID int64, seq int, ext string) string {
 	return fmt.Sprintf("interview/tts/%d/%d/seg-%d.%s", sessionID, messageID, seq, ext)
 }
 
+// SegmentExt is the format of a follow-up's sentence segments.
+const SegmentExt = "mp3"
+
+// synthesizeSegment is the follow-up stream's aiworker.SegmentSynthesizer:
+// one sentence through audio/speech, stored at SegmentKey. durationSec is
+// null: the API does not report it.
+func (p *Processors) synthesizeSegment(ctx context.Context, sessionID, messageID int64, seq int, sentence string) (aiworker.Segment, error) {
+	audio, ct, err := p.cfg.Model.Speech(ctx, llm.SpeechRequest{Model: p.cfg.TTSModel, Voice: p.cfg.TTSVoice, Input: sentence, Format: SegmentExt})
+	if err != nil {
+		return aiworker.Segment{}, fmt.Errorf("synthesise segment %d of message %d: %w", seq, messageID, err)
+	}
+	key := SegmentKey(sessionID, messageID, seq, SegmentExt)
+	if err := p.cfg.Objects.Put(ctx, key, audio, ct); err != nil {
+		return aiworker.Segment{}, fmt.Errorf("store %s: %w", key, err)
+	}
+	return aiworker.Segment{Ext: SegmentExt}, nil
+}
+
 // SynthesizeSpeech implements aiworker.SpeechSynthesizer: audio/speech (mp3)
 // stored at TTSKey. durationSec is null: the API does not report it (§5.9b).
 func (p *Processors) SynthesizeSpeech(ctx context.Context, _ aiworker.Job, r *catalog.GenerateTTSV1) (aiworker.Speech, error) {

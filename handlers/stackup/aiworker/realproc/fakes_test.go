@@ -46,10 +46,13 @@ type openAI struct {
 	calls      map[string]int
 	lastForm   map[string]string
 	lastInput  []string
+	// prompts holds the last user message of each chat request, by its
+	// schema name ("stream" for a streamed one).
+	prompts map[string]string
 }
 
 func newOpenAI(t *testing.T) *openAI {
-	o := &openAI{chat: map[string]string{}, calls: map[string]int{}}
+	o := &openAI{chat: map[string]string{}, calls: map[string]int{}, prompts: map[string]string{}}
 	o.srv = httptest.NewServer(http.HandlerFunc(o.serve))
 	t.Cleanup(o.srv.Close)
 	return o
@@ -67,7 +70,11 @@ func (o *openAI) serve(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/v1/chat/completions":
 		var req struct {
-			Stream         bool `json:"stream"`
+			Stream   bool `json:"stream"`
+			Messages []struct {
+				Role    string `json:"role"`
+				Content string `json:"content"`
+			} `json:"messages"`
 			ResponseFormat struct {
 				JSONSchema struct {
 					Name string `json:"name"`
@@ -75,6 +82,13 @@ func (o *openAI) serve(w http.ResponseWriter, r *http.Request) {
 			} `json:"response_format"`
 		}
 		_ = json.NewDecoder(r.Body).Decode(&req)
+		name := req.ResponseFormat.JSONSchema.Name
+		if req.Stream {
+			name = "stream"
+		}
+		if n := len(req.Messages); n > 0 {
+			o.prompts[name] = req.Messages[n-1].Content
+		}
 		if req.Stream {
 			w.Header().Set("Content-Type", "text/event-stream")
 			for _, s := range o.stream {
@@ -146,18 +160,19 @@ func emulatorBucket(t *testing.T) (*s3store.Bucket, *s3.Client) {
 }
 
 // core is Core's real internal API (memory store) on a local server.
-func core(t *testing.T) (*internalapi.Client, *internalapi.API) {
+func core(t *testing.T) (*internalapi.Client, *internalapi.API, *internalapi.Memory) {
 	t.Helper()
 	sealer, err := internalapi.NewSealer(bytes.Repeat([]byte{7}, internalapi.KeyLen))
 	require.NoError(t, err)
-	api, err := internalapi.New(internalapi.Config{Store: internalapi.NewMemory(), Sealer: sealer, Dimension: dim})
+	store := internalapi.NewMemory()
+	api, err := internalapi.New(internalapi.Config{Store: store, Sealer: sealer, Dimension: dim})
 	require.NoError(t, err)
 	const key = "realproc-test-internal-key"
 	h, err := internalapi.Handler(api, key, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &internalapi.Client{BaseURL: srv.URL, APIKey: key}, api
+	return &internalapi.Client{BaseURL: srv.URL, APIKey: key}, api, store
 }
 
 type rig struct {
@@ -166,6 +181,7 @@ type rig struct {
 	s3      *s3.Client
 	core    *internalapi.Client
 	coreAPI *internalapi.API
+	coreDB  *internalapi.Memory
 	p       *realproc.Processors
 	events  *events
 }
@@ -199,7 +215,7 @@ func newRig(t *testing.T, mod func(*realproc.Config)) *rig {
 	t.Helper()
 	r := &rig{ai: newOpenAI(t), events: &events{}}
 	r.bucket, r.s3 = emulatorBucket(t)
-	r.core, r.coreAPI = core(t)
+	r.core, r.coreAPI, r.coreDB = core(t)
 	model := r.ai.client(t)
 	cfg := realproc.Config{Objects: r.bucket, Model: model, Core: r.core, Generator: llmgen.Generator{Client: model},
 		AllowPrivateNetworks: true, EmbeddingDimensions: dim, FetchTimeout: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)}

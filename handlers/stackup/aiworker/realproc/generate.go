@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/eventpipe/eventpipe/app/llm"
 	"github.com/eventpipe/eventpipe/handlers/stackup/aiworker"
+	"github.com/eventpipe/eventpipe/handlers/stackup/aiworker/llmgen"
 	"github.com/eventpipe/eventpipe/handlers/stackup/catalog"
 )
 
@@ -21,11 +23,12 @@ func ReportKey(sessionID int64) string { return fmt.Sprintf("feedback/%d/report.
 // stored at ReportKey. A report that cannot be stored leaves reportS3Key
 // null and the feedback a success (§5.11: "렌더·업로드 실패는 … None 폴백").
 func (p *Processors) GenerateFeedback(ctx context.Context, job aiworker.Job, r *catalog.GenerateFeedbackV1) (catalog.FeedbackCallbackV1, error) {
+	// llmgen publishes PREPARING, SCORING and FINALIZING; the report is
+	// rendered within FINALIZING.
 	fb, err := p.cfg.Generator.GenerateFeedback(ctx, job, r)
 	if err != nil {
 		return fb, err
 	}
-	job.NotifySession(ctx, catalog.EventFeedbackProgress, map[string]any{"sessionId": r.SessionID, "phase": "FINALIZING", "message": "리포트를 정리하고 있습니다"})
 	key := ReportKey(r.SessionID)
 	if err := p.cfg.Objects.Put(ctx, key, []byte(RenderReport(r, fb)), "text/markdown; charset=utf-8"); err != nil {
 		p.cfg.Logger.WarnContext(ctx, "stackup feedback report not stored; reportS3Key null", slog.String("message_id", job.Envelope.MessageID),
@@ -135,7 +138,7 @@ func firstLine(s, fallback string) string {
 const intentSystem = `You are an interviewer. Read previousQuestion, answerText and history.
 Classify answerIntent: NORMAL (an answer), CLARIFICATION (the candidate asks what is meant), DONT_KNOW (the candidate does not know).
 Score the answer: specificity and logic from 1 to 5, structure one of STAR, PARTIAL_STAR, NONE,
-correctness from 1 to 5 judged against parentExpectedSignal when given (else null).`
+correctness from 1 to 5 judged against parentExpectedSignal and retrievedContext (excerpts of the candidate's documents) when given (else null).`
 
 const intentSchema = `{"type":"object","additionalProperties":false,"required":["answerIntent","answerEvaluation"],"properties":{
 "answerIntent":{"type":"string","enum":["NORMAL","CLARIFICATION","DONT_KNOW"]},
@@ -151,16 +154,29 @@ Output only the restated question, plain text, no markdown, in the language of t
 // GenerateFollowup implements aiworker.FollowupGenerator with a streamed
 // question: first the answer's intent and evaluation (structured output),
 // then — for NORMAL and CLARIFICATION — the question streamed from the
-// chat-completions API, each piece published as SESSION_MESSAGE_DELTA
-// {messageId: followupMessageId, seq, text} (§5.12-1; volatile, a failed
-// publish is only logged). Without a followupMessageId (the legacy path)
+// chat-completions API through an aiworker.FollowupStream: each piece
+// published as SESSION_MESSAGE_DELTA {messageId: followupMessageId, seq,
+// text} (§5.12-1), each sentence synthesised in the background
+// (synthesizeSegment) and announced as SESSION_MESSAGE_AUDIO (§5.12-2), all
+// gathered before the callback. Both are volatile: a failed publish or
+// synthesis is only logged. Without a followupMessageId (the legacy path)
 // nothing is streamed to the session.
 func (p *Processors) GenerateFollowup(ctx context.Context, job aiworker.Job, r *catalog.GenerateFollowupV1) (aiworker.Followup, error) {
-	input, err := json.Marshal(r)
+	// RAG (§5.8: "contextDocumentIds 로 RAG 검색 → correctness 판정"):
+	// the answer's context from the user's documents, for the evaluation
+	// and the question.
+	in := struct {
+		*catalog.GenerateFollowupV1
+		RetrievedContext []string `json:"retrievedContext,omitempty"`
+	}{GenerateFollowupV1: r}
+	if len(r.ContextDocumentIDs) > 0 {
+		in.RetrievedContext = p.Retrieve(ctx, job, r.ContextDocumentIDs, r.PreviousQuestion+"\n"+r.AnswerText)
+	}
+	input, err := json.Marshal(in)
 	if err != nil {
 		return aiworker.Followup{}, fmt.Errorf("followup: encode input: %w", err)
 	}
-	resp, err := p.cfg.Model.Complete(ctx, llm.Request{
+	resp, err := p.complete(ctx, job, llm.Request{
 		Messages:      []llm.Message{{Role: "system", Content: intentSystem}, {Role: "user", Content: string(input)}},
 		Schema:        llm.Schema{Name: "followup_intent", JSON: json.RawMessage(intentSchema), Strict: true},
 		PromptVersion: "stackup-followup-stream-2026-12-01",
@@ -188,15 +204,20 @@ func (p *Processors) GenerateFollowup(ctx context.Context, job aiworker.Job, r *
 	default:
 		system = questionClarifySystem
 	}
-	seq := 0
+	stream := job.StreamFollowup(ctx, r, p.synthesizeSegment)
+	start := time.Now()
 	q, err := p.cfg.Model.Stream(ctx, llm.StreamRequest{Messages: []llm.Message{{Role: "system", Content: system}, {Role: "user", Content: string(input)}}},
 		func(delta string) error {
-			if r.FollowupMessageID != nil {
-				job.NotifySession(ctx, catalog.EventMessageDelta, map[string]any{"messageId": *r.FollowupMessageID, "seq": seq, "text": delta})
-			}
-			seq++
+			stream.Delta(delta)
 			return nil
 		})
+	// The stream reports no usage: the row has the latency and the outcome.
+	p.LogCall(ctx, job, llmgen.Call{RequestType: "followup_question_stream", Model: p.streamModel(), Latency: time.Since(start), Err: err})
+	if err != nil {
+		stream.Abort()
+	} else {
+		stream.Finish()
+	}
 	if err != nil {
 		if errors.Is(err, llm.ErrInvalidOutput) {
 			return aiworker.Followup{}, fmt.Errorf("followup question: %w: %w", aiworker.ErrSchemaInvalid, err)
@@ -207,4 +228,13 @@ func (p *Processors) GenerateFollowup(ctx context.Context, job aiworker.Job, r *
 		return aiworker.Followup{}, fmt.Errorf("followup question: empty for %s: %w", out.AnswerIntent, aiworker.ErrSchemaInvalid)
 	}
 	return f, nil
+}
+
+// streamModel names the model of the streamed question for its ai-logs row:
+// the client's, when it says.
+func (p *Processors) streamModel() string {
+	if m, ok := p.cfg.Model.(interface{ Model() string }); ok {
+		return m.Model()
+	}
+	return ""
 }

@@ -3,8 +3,11 @@
 // github.com/ledongthuc/pdf, web pages through net/http and readability
 // (codeberg.org/readeck/go-readability), repositories through GitHub's REST
 // API with the token Core delegates (§10), summaries, embeddings, speech and
-// transcripts on an OpenAI-compatible API (app/llm), embeddings stored
-// through Core's internal API.
+// transcripts on an OpenAI-compatible API (app/llm), embeddings stored,
+// RAG context searched and every chat call logged through Core's internal
+// API (decision 0033). The progress events of §5.12 go to the request's
+// user or session through aiworker.Job; a failed publish, search or AI log
+// is a warning, never the job's failure.
 //
 // Each external service sits behind a small interface declared here (Objects,
 // Model, Core); production passes *s3store.Bucket, *llm.Client and
@@ -81,6 +84,8 @@ type Model interface {
 type Core interface {
 	GitHubToken(ctx context.Context, userID int64) (internalapi.GitHubToken, error)
 	PutEmbeddings(ctx context.Context, userID, documentID int64, chunks []internalapi.Chunk) (int, error)
+	Search(ctx context.Context, req internalapi.SearchRequest) ([]internalapi.Hit, error)
+	LogAICall(ctx context.Context, l internalapi.AILog) error
 }
 
 var (
@@ -114,7 +119,8 @@ type Config struct {
 	Model   Model
 	Core    Core
 	// Generator is the chat-completion generator of questions, follow-ups
-	// and feedback (llmgen) on Model.
+	// and feedback (llmgen) on Model. Its Retriever and Log default to the
+	// processors' (Core's search and ai-logs).
 	Generator llmgen.Generator
 	// HTTPClient fetches web pages and calls GitHub; a client with
 	// FetchTimeout, at most 5 redirects and (unless AllowPrivateNetworks)
@@ -136,6 +142,9 @@ type Config struct {
 	MaxAudioBytes       int64
 	FetchTimeout        time.Duration
 	MaxChunks           int
+	// ContextChunks is how many chunks a RAG search puts in a prompt;
+	// DefaultContextChunks when 0.
+	ContextChunks int
 	// MaxAttempts is the worker's attempt limit (stackup.max_attempts): on
 	// the last one tts and voice turn an outage into their FAILED code.
 	MaxAttempts int
@@ -173,6 +182,9 @@ func (c *Config) setDefaults() {
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 3
 	}
+	if c.ContextChunks <= 0 {
+		c.ContextChunks = DefaultContextChunks
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -208,7 +220,14 @@ func New(cfg Config) (*Processors, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("stackup real processors: %w", err)
 	}
-	return &Processors{cfg: cfg}, nil
+	p := &Processors{cfg: cfg}
+	if p.cfg.Generator.Retriever == nil {
+		p.cfg.Generator.Retriever = p
+	}
+	if p.cfg.Generator.Log == nil {
+		p.cfg.Generator.Log = p
+	}
+	return p, nil
 }
 
 // All returns p for each of the nine request types.

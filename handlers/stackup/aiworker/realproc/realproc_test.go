@@ -16,6 +16,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/failure"
 	"github.com/eventpipe/eventpipe/app/llm"
 	"github.com/eventpipe/eventpipe/handlers/stackup/aiworker"
+	"github.com/eventpipe/eventpipe/handlers/stackup/aiworker/llmgen"
 	"github.com/eventpipe/eventpipe/handlers/stackup/aiworker/realproc"
 	"github.com/eventpipe/eventpipe/handlers/stackup/catalog"
 	"github.com/eventpipe/eventpipe/handlers/stackup/internalapi"
@@ -339,7 +340,9 @@ const feedbackJSON = `{"overallScore":72,"technicalAccuracy":70,"logicScore":75,
 func TestGenerateFeedbackStoresTheReport(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, nil)
-	r.ai.chat["feedback"] = feedbackJSON
+	for _, name := range llmgen.FeedbackEvaluators() {
+		r.ai.chat[name] = feedbackJSON // each evaluator takes its own fields
+	}
 	ctx := context.Background()
 	parent := int64(1)
 	req := &catalog.GenerateFeedbackV1{SessionID: 99, Mode: "TECHNICAL", Messages: []catalog.TranscriptMessage{
@@ -357,7 +360,9 @@ func TestGenerateFeedbackStoresTheReport(t *testing.T) {
 
 	// A report that cannot be stored leaves the feedback a success.
 	broken := newRig(t, func(c *realproc.Config) { c.Objects = failingObjects{} })
-	broken.ai.chat["feedback"] = feedbackJSON
+	for _, name := range llmgen.FeedbackEvaluators() {
+		broken.ai.chat[name] = feedbackJSON
+	}
 	fb, err = broken.p.GenerateFeedback(ctx, broken.job(1), req)
 	require.NoError(t, err)
 	assert.Nil(t, fb.ReportS3Key)
@@ -377,23 +382,52 @@ func TestGenerateFollowupStreams(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, nil)
 	r.ai.chat["followup_intent"] = `{"answerIntent":"NORMAL","answerEvaluation":{"specificity":3.5,"logic":4,"structure":"PARTIAL_STAR","correctness":null}}`
-	r.ai.stream = []string{"그 락은 ", "어느 격리 수준에서 ", "필요했나요?"}
+	r.ai.stream = []string{"그 락은 ", "어느 격리 수준에서 ", "필요했나요? ", "왜요?"}
+	r.ai.speech = []byte("ID3-sentence")
 	ctx := context.Background()
 	placeholder := int64(503)
 	f, err := r.p.GenerateFollowup(ctx, r.job(1), &catalog.GenerateFollowupV1{SessionID: 99, ParentMessageID: 501, AnswerMessageID: 502,
 		PreviousQuestion: "동시성은?", AnswerText: "락을 썼습니다", FollowupMessageID: &placeholder})
 	require.NoError(t, err)
 	assert.Equal(t, catalog.IntentNormal, f.AnswerIntent)
-	assert.Equal(t, "그 락은 어느 격리 수준에서 필요했나요?", f.FollowupQuestion)
+	assert.Equal(t, "그 락은 어느 격리 수준에서 필요했나요? 왜요?", f.FollowupQuestion)
 	assert.Equal(t, 3.5, *f.AnswerEvaluation.Specificity)
-	ev := r.events.all()
-	require.Len(t, ev, 3)
-	for i, e := range ev {
+	var deltas, audio []event
+	for _, e := range r.events.all() {
 		assert.Equal(t, catalog.RealtimeSessionNotify, e.MessageType)
-		assert.Equal(t, catalog.EventMessageDelta, e.EventType)
+		switch e.EventType {
+		case catalog.EventMessageDelta:
+			deltas = append(deltas, e)
+		case catalog.EventMessageAudio:
+			audio = append(audio, e)
+		default:
+			t.Errorf("unexpected event %s", e.EventType)
+		}
+	}
+	require.Len(t, deltas, 4)
+	for i, e := range deltas {
 		assert.EqualValues(t, 503, e.Data["messageId"])
 		assert.EqualValues(t, i, e.Data["seq"])
 		assert.Equal(t, r.ai.stream[i], e.Data["text"])
+	}
+	// One segment per sentence, stored at the shared key, announced after
+	// it is stored — all before GenerateFollowup returned (the callback).
+	require.Len(t, audio, 2)
+	for i, e := range audio {
+		assert.Equal(t, map[string]any{"messageId": 503.0, "seq": float64(i), "ext": "mp3", "durationSec": nil}, e.Data)
+		assert.Equal(t, "ID3-sentence", r.object(t, realproc.SegmentKey(99, 503, i, "mp3")))
+	}
+	assert.Equal(t, 2, r.ai.calls["/v1/audio/speech"])
+
+	// A TTS outage costs the audio, never the follow-up.
+	noSpeech := newRig(t, func(c *realproc.Config) { c.Objects = failingObjects{} })
+	noSpeech.ai.chat["followup_intent"] = r.ai.chat["followup_intent"]
+	noSpeech.ai.stream = r.ai.stream
+	f, err = noSpeech.p.GenerateFollowup(ctx, noSpeech.job(1), &catalog.GenerateFollowupV1{SessionID: 99, FollowupMessageID: &placeholder})
+	require.NoError(t, err)
+	assert.Equal(t, "그 락은 어느 격리 수준에서 필요했나요? 왜요?", f.FollowupQuestion)
+	for _, e := range noSpeech.events.all() {
+		assert.Equal(t, catalog.EventMessageDelta, e.EventType, "no segment stored, none announced")
 	}
 
 	r.ai.chat["followup_intent"] = `{"answerIntent":"DONT_KNOW","answerEvaluation":{"specificity":null,"logic":null,"structure":null,"correctness":null}}`
@@ -420,4 +454,67 @@ func TestChunks(t *testing.T) {
 		assert.LessOrEqual(t, len([]rune(c)), 500)
 	}
 	assert.Len(t, realproc.Chunks(text, 100, 3), 3)
+}
+
+// TestRAGAndAILogs: generate.followup's contextDocumentIds and
+// generate.questions' documents are searched through Core's internal API,
+// scoped to the request's user, and the chunks found go into the prompt;
+// every model call leaves an ai-logs row. Neither can fail the job.
+func TestRAGAndAILogs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := newRig(t, nil)
+	_, err := r.core.PutEmbeddings(ctx, 1, 12, []internalapi.Chunk{{Index: 0, Text: "결제 시스템에서 낙관적 락으로 재고 차감", Embedding: []float32{0, 1, 0, 0}}})
+	require.NoError(t, err)
+	_, err = r.core.PutEmbeddings(ctx, 2, 13, []internalapi.Chunk{{Index: 0, Text: "someone else's resume", Embedding: []float32{0, 1, 0, 0}}})
+	require.NoError(t, err)
+	r.ai.chat["followup_intent"] = `{"answerIntent":"NORMAL","answerEvaluation":{"specificity":3,"logic":3,"structure":"NONE","correctness":4}}`
+	r.ai.stream = []string{"왜 낙관적 락이었나요?"}
+	placeholder := int64(503)
+	req := &catalog.GenerateFollowupV1{SessionID: 99, ParentMessageID: 501, AnswerMessageID: 502, PreviousQuestion: "동시성은?",
+		AnswerText: "락을 썼습니다", FollowupMessageID: &placeholder, ContextDocumentIDs: []int64{12, 13}}
+	job := r.job(1)
+	job.Envelope.TraceID = "trace-rag"
+	_, err = r.p.GenerateFollowup(ctx, job, req)
+	require.NoError(t, err)
+	for _, name := range []string{"followup_intent", "stream"} {
+		assert.Contains(t, r.ai.prompts[name], "결제 시스템에서 낙관적 락으로 재고 차감", "%s: the user's chunk is in the prompt", name)
+		assert.NotContains(t, r.ai.prompts[name], "someone else's resume", "%s: §10.1, another user's document is never searched", name)
+	}
+	var types []string
+	for _, l := range r.coreDB.AILogs() {
+		types = append(types, l.RequestType)
+		require.NotNil(t, l.UserID)
+		assert.EqualValues(t, 1, *l.UserID)
+		assert.True(t, l.Success)
+		assert.NotEmpty(t, l.Model)
+		assert.Equal(t, "trace-rag", l.TraceID, "the request's trace")
+	}
+	assert.Equal(t, []string{"followup_intent", "followup_question_stream"}, types)
+
+	r.ai.chat["question_pool"] = `{"questions":[{"category":"C","question":"Q?","jobCategory":null,"targetEvidence":"","expectedSignal":"s"}]}`
+	_, err = r.p.All().Questions.GenerateQuestions(ctx, r.job(1), &catalog.GenerateQuestionsV1{SessionID: 99, Mode: "TECHNICAL",
+		SelfIntroAnswer: "결제 시스템 백엔드 개발자입니다", Documents: []catalog.SourceDocument{{DocumentID: 12, SourceType: "RESUME"}}})
+	require.NoError(t, err)
+	assert.Contains(t, r.ai.prompts["question_pool"], "결제 시스템에서 낙관적 락으로 재고 차감", "the pool's documents are searched")
+	logs := r.coreDB.AILogs()
+	assert.Equal(t, "question_pool", logs[len(logs)-1].RequestType)
+
+	// No user id: no search (§10.1), no context.
+	embeds := r.ai.calls["/v1/embeddings"]
+	anon := r.job(0)
+	_, err = r.p.GenerateFollowup(ctx, anon, req)
+	require.NoError(t, err)
+	assert.Equal(t, embeds, r.ai.calls["/v1/embeddings"], "nothing embedded, nothing searched")
+	assert.NotContains(t, r.ai.prompts["followup_intent"], "retrievedContext")
+
+	// Core unreachable (search and ai-logs fail): no context, the follow-up
+	// still done.
+	down := newRig(t, func(c *realproc.Config) { c.Core = &internalapi.Client{BaseURL: "http://127.0.0.1:1", APIKey: "k"} })
+	down.ai.chat["followup_intent"] = r.ai.chat["followup_intent"]
+	down.ai.stream = r.ai.stream
+	f, err := down.p.GenerateFollowup(ctx, down.job(1), req)
+	require.NoError(t, err, "a failed search or ai-log never fails the job")
+	assert.Equal(t, "왜 낙관적 락이었나요?", f.FollowupQuestion)
+	assert.NotContains(t, down.ai.prompts["followup_intent"], "retrievedContext")
 }
