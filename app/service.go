@@ -354,7 +354,7 @@ func NacksWithDelay(ps broker.PubSub) bool {
 // NewPublisher returns the publisher handlers and producers use on ps: topics
 // "<exchange>/<routing-key>" are routed by top's bindings (natively on
 // RabbitMQ), queue names go straight to the queue.
-func NewPublisher(cfg config.Config, ps broker.PubSub, top topology.Topology) (message.Publisher, error) {
+func NewPublisher(cfg config.Config, ps message.Publisher, top topology.Topology) (message.Publisher, error) {
 	if len(top.Exchanges) == 0 {
 		return ps, nil
 	}
