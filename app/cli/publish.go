@@ -38,10 +38,13 @@ func (e *env) publishCmd() *cobra.Command {
 		Short: "Publish one message to a queue on the configured broker",
 		Long: `publish sends one message to QUEUE on the configured broker and prints its id.
 
-The body is checked first by the decoder of the route that consumes QUEUE; a body
-that route would reject is refused and nothing is sent. --raw skips the check
-(for queues eventpipe does not consume). A trace id is added (x-trace-id) unless
---metadata sets one.
+The body is checked first against the strict JSON Schema of QUEUE's message types
+(eventpipe catalog schemas: unknown fields refused, the error names the field's
+path), then by the decoder of the route that consumes QUEUE; a body either would
+reject is refused and nothing is sent. --raw skips the checks (for queues
+eventpipe does not consume). The message id and trace id (x-trace-id) are the
+body's where it carries them, unless --id and --metadata set them. Go services
+do the same with package app/publish (README, "Use from Go").
 
 On the memory broker (the default) publish refuses: that broker lives inside one
 process, and this one consumes nothing.`,
