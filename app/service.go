@@ -236,7 +236,8 @@ func openDatabase(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 // sharedDeps decides once what every spec shares: with a database, the inbox
 // and the outbox are its tables (the outbox row commits with the business
 // change, a relay publishes it); without one, their memory twins (published
-// right after the in-memory commit).
+// right after the in-memory commit). Either way what is written is held to
+// the strict JSON Schemas first (strictOutgoing).
 func (s *Service) sharedDeps(top topology.Topology) (spec.Deps, error) {
 	d := spec.Deps{
 		Config:    s.cfg,
@@ -256,15 +257,19 @@ func (s *Service) sharedDeps(top topology.Topology) (spec.Deps, error) {
 		Registerer: s.registry,
 		Now:        time.Now,
 	}
+	check, err := strictOutgoing(top)
+	if err != nil {
+		return spec.Deps{}, err
+	}
 	if s.db == nil {
-		d.Inbox, d.Outbox = inbox.NewMemory(), outbox.AfterCommit{Publisher: s.publisher}
+		d.Inbox, d.Outbox = inbox.NewMemory(), outbox.Checked(outbox.AfterCommit{Publisher: s.publisher}, check)
 		return d, nil
 	}
 	ib, err := inbox.NewPostgres(s.db, s.cfg.Postgres.Schema)
 	if err != nil {
 		return spec.Deps{}, err
 	}
-	d.Inbox, d.Outbox = ib, outbox.TxWriter{Table: outbox.Table{Schema: s.cfg.Postgres.Schema}}
+	d.Inbox, d.Outbox = ib, outbox.Checked(outbox.TxWriter{Table: outbox.Table{Schema: s.cfg.Postgres.Schema}}, check)
 	return d, nil
 }
 

@@ -42,6 +42,9 @@ func SampleTraffic(ctx context.Context, h *Handlers, interval time.Duration, log
 			if err = h.Core.Store().CreateSession(tctx, core.Session{ID: id, UserID: userID}); err == nil {
 				msgID, err = h.Core.RequestQuestions(tctx, userID, &catalog.GenerateQuestionsV1{
 					SessionID: id, Mode: "TECHNICAL", JobCategories: []string{"BACKEND"}, InitialQuestionCount: 2, MaxQuestions: 10,
+					// The contract's arrays are arrays, empty or not: the
+					// outbox holds our requests to the strict schema.
+					Documents: []catalog.SourceDocument{}, RecentQuestions: []string{}, FocusAreas: []string{},
 					SelfIntroAnswer: "안녕하세요, 백엔드 개발자입니다."})
 			}
 		}
