@@ -147,7 +147,7 @@ func newService(ctx context.Context, cfg config.Config, logger *slog.Logger, mod
 		s.closeResources()
 		return nil, err
 	}
-	s.publisher = middleware.TracingPublisher(routed, tp)
+	s.publisher = middleware.TracingPublisher(routed, tp, middleware.MessagingSystem(cfg.Broker.Kind))
 	deps, err := s.sharedDeps(top)
 	if err != nil {
 		s.closeResources()
@@ -171,6 +171,8 @@ func newService(ctx context.Context, cfg config.Config, logger *slog.Logger, mod
 		NackDelay: NacksWithDelay(ps),
 		Tracer:    tp,
 		Drain:     s.drain,
+		// messaging.system on every consumer span.
+		MessagingSystem: cfg.Broker.Kind,
 	}
 	// The router closes a handler's subscriber when it stops; the broker is
 	// shared by every route and by the handlers still draining, so the

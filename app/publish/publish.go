@@ -314,7 +314,7 @@ func newPublisher(cfg config.Config, c *Contract, pub message.Publisher, o Optio
 	if err != nil {
 		return nil, fmt.Errorf("publish: %w", err)
 	}
-	return &Publisher{Contract: c, pub: middleware.TracingPublisher(routed, o.TracerProvider), close: func() error { return nil }}, nil
+	return &Publisher{Contract: c, pub: middleware.TracingPublisher(routed, o.TracerProvider, middleware.MessagingSystem(cfg.Broker.Kind)), close: func() error { return nil }}, nil
 }
 
 // Publish checks body for topic (Contract.Message) and sends it; it returns

@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/eventpipe/eventpipe/app/broker/memory"
 	"github.com/eventpipe/eventpipe/app/metadata"
@@ -196,7 +198,8 @@ func TestOpenRefusesTheMemoryBroker(t *testing.T) {
 }
 
 // A refused body sends nothing, and a tracing provider gives the sent
-// message a traceparent (the producer span).
+// message a traceparent (the producer span, with the broker's
+// messaging.system).
 func TestPublishSendsOnlyWhatPasses(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -206,7 +209,8 @@ func TestPublishSendsOnlyWhatPasses(t *testing.T) {
 	t.Cleanup(func() { _ = broker.Close() })
 	contract, err := publish.Load(cfg)
 	require.NoError(t, err)
-	pub, err := publish.New(cfg, contract, broker, publish.Options{TracerProvider: sdktrace.NewTracerProvider()})
+	spans := tracetest.NewSpanRecorder()
+	pub, err := publish.New(cfg, contract, broker, publish.Options{TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))})
 	require.NoError(t, err)
 
 	_, err = pub.Publish(ctx, "demo.greetings", []byte(`{"name":"Ada","extra":1}`))
@@ -222,6 +226,10 @@ func TestPublishSendsOnlyWhatPasses(t *testing.T) {
 	assert.Equal(t, "ok-1", got.UUID, "the refused one was never sent")
 	assert.Equal(t, sent.Metadata.Get(metadata.TraceIDKey), got.Metadata.Get(metadata.TraceIDKey))
 	assert.NotEmpty(t, got.Metadata.Get(metadata.TraceparentKey))
+	ended := spans.Ended()
+	require.Len(t, ended, 1, "one producer span, for the message sent")
+	assert.Equal(t, "demo.greetings publish", ended[0].Name())
+	assert.Contains(t, ended[0].Attributes(), semconv.MessagingSystemKey.String("eventpipe.memory"))
 	select {
 	case m := <-deliveries:
 		t.Fatalf("unexpected second message %s", m.UUID)
