@@ -147,7 +147,7 @@ func newService(ctx context.Context, cfg config.Config, logger *slog.Logger, mod
 		s.closeResources()
 		return nil, err
 	}
-	s.publisher = middleware.TracingPublisher(routed, tp)
+	s.publisher = middleware.TracingPublisher(routed, tp, middleware.MessagingSystem(cfg.Broker.Kind))
 	deps, err := s.sharedDeps(top)
 	if err != nil {
 		s.closeResources()
@@ -171,6 +171,8 @@ func newService(ctx context.Context, cfg config.Config, logger *slog.Logger, mod
 		NackDelay: NacksWithDelay(ps),
 		Tracer:    tp,
 		Drain:     s.drain,
+		// messaging.system on every consumer span.
+		MessagingSystem: cfg.Broker.Kind,
 	}
 	// The router closes a handler's subscriber when it stops; the broker is
 	// shared by every route and by the handlers still draining, so the
@@ -236,7 +238,8 @@ func openDatabase(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 // sharedDeps decides once what every spec shares: with a database, the inbox
 // and the outbox are its tables (the outbox row commits with the business
 // change, a relay publishes it); without one, their memory twins (published
-// right after the in-memory commit).
+// right after the in-memory commit). Either way what is written is held to
+// the strict JSON Schemas first (strictOutgoing).
 func (s *Service) sharedDeps(top topology.Topology) (spec.Deps, error) {
 	d := spec.Deps{
 		Config:    s.cfg,
@@ -256,15 +259,19 @@ func (s *Service) sharedDeps(top topology.Topology) (spec.Deps, error) {
 		Registerer: s.registry,
 		Now:        time.Now,
 	}
+	check, err := strictOutgoing(top)
+	if err != nil {
+		return spec.Deps{}, err
+	}
 	if s.db == nil {
-		d.Inbox, d.Outbox = inbox.NewMemory(), outbox.AfterCommit{Publisher: s.publisher}
+		d.Inbox, d.Outbox = inbox.NewMemory(), outbox.Checked(outbox.AfterCommit{Publisher: s.publisher}, check)
 		return d, nil
 	}
 	ib, err := inbox.NewPostgres(s.db, s.cfg.Postgres.Schema)
 	if err != nil {
 		return spec.Deps{}, err
 	}
-	d.Inbox, d.Outbox = ib, outbox.TxWriter{Table: outbox.Table{Schema: s.cfg.Postgres.Schema}}
+	d.Inbox, d.Outbox = ib, outbox.Checked(outbox.TxWriter{Table: outbox.Table{Schema: s.cfg.Postgres.Schema}}, check)
 	return d, nil
 }
 
@@ -354,7 +361,7 @@ func NacksWithDelay(ps broker.PubSub) bool {
 // NewPublisher returns the publisher handlers and producers use on ps: topics
 // "<exchange>/<routing-key>" are routed by top's bindings (natively on
 // RabbitMQ), queue names go straight to the queue.
-func NewPublisher(cfg config.Config, ps broker.PubSub, top topology.Topology) (message.Publisher, error) {
+func NewPublisher(cfg config.Config, ps message.Publisher, top topology.Topology) (message.Publisher, error) {
 	if len(top.Exchanges) == 0 {
 		return ps, nil
 	}

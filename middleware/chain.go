@@ -6,6 +6,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	wmw "github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/eventpipe/eventpipe/app/route"
@@ -22,6 +23,9 @@ type Deps struct {
 	NackDelay bool
 	// Tracer records spans (telemetry.Setup); nil or no-op records nothing.
 	Tracer trace.TracerProvider
+	// MessagingSystem is the broker kind (config.Kind*), on every consumer
+	// span as messaging.system (MessagingSystem); none when empty.
+	MessagingSystem string
 	// Drain, when set, ends in-flight handlers' contexts instead of their
 	// subscriptions (Drain): the root cancels it when the shutdown timeout
 	// is over.
@@ -68,11 +72,18 @@ func Chain(d Deps, r route.Route) []message.HandlerMiddleware {
 	if d.Drain != nil {
 		chain = append(chain, Drain(d.Drain))
 	}
-	chain = append(chain, CorrelationFrom(r.TraceID), Tracing(d.Tracer), observeRoute(d.Logger, d.Metrics, r.Queue, r.Name), policy.Middleware)
+	chain = append(chain, CorrelationFrom(r.TraceID), Tracing(d.Tracer, d.tracingAttrs()...), observeRoute(d.Logger, d.Metrics, r.Queue, r.Name), policy.Middleware)
 	if !r.Binary {
 		// Inside the policy: a bad body fails as the route says (drop,
 		// dead-letter, fail until max).
 		chain = append(chain, UTF8)
 	}
 	return append(chain, Timeout(r.EffectiveTimeout()), wmw.Recoverer)
+}
+
+func (d Deps) tracingAttrs() []attribute.KeyValue {
+	if d.MessagingSystem == "" {
+		return nil
+	}
+	return []attribute.KeyValue{MessagingSystem(d.MessagingSystem)}
 }

@@ -30,6 +30,26 @@ const (
 	CorrelationIDAttr = attribute.Key("eventpipe.trace_id")
 )
 
+// MessagingSystem is the messaging.system attribute of the broker kind the
+// root runs on (config.Kind*): the semantic conventions' "rabbitmq" and
+// "aws_sqs", and for the two the conventions do not list, "postgresql" (the
+// database the PostgreSQL broker's queues live in, as db.system.name
+// spells it) and "eventpipe.memory" (the in-process broker). The root passes
+// it to Tracing and TracingPublisher (Deps.MessagingSystem for the chain).
+func MessagingSystem(kind string) attribute.KeyValue {
+	switch kind {
+	case "rabbitmq":
+		return semconv.MessagingSystemRabbitMQ
+	case "sqs":
+		return semconv.MessagingSystemAWSSQS
+	case "postgres":
+		return semconv.MessagingSystemKey.String("postgresql")
+	case "memory":
+		return semconv.MessagingSystemKey.String("eventpipe.memory")
+	}
+	return semconv.MessagingSystemKey.String(kind)
+}
+
 // traceContext is the one propagator: W3C only, fixed, so that every
 // eventpipe speaks the same wire format whatever the process's global
 // propagator (which this package never reads) is set to.
@@ -69,13 +89,16 @@ func isNoop(tp trace.TracerProvider) bool {
 // covers a delivery, in-process retries included, when Tracing runs outside
 // the retry policy.
 //
+// attrs are added to every span: the root's MessagingSystem.
+//
 // With a no-op provider (noop.TracerProvider, or nil) the handler is returned
 // unwrapped.
-func Tracing(tp trace.TracerProvider) message.HandlerMiddleware {
+func Tracing(tp trace.TracerProvider, attrs ...attribute.KeyValue) message.HandlerMiddleware {
 	if isNoop(tp) {
 		return func(h message.HandlerFunc) message.HandlerFunc { return h }
 	}
 	tracer := tp.Tracer(TracerName)
+	extra := trace.WithAttributes(attrs...)
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			ctx := msg.Context()
@@ -98,7 +121,7 @@ func Tracing(tp trace.TracerProvider) message.HandlerMiddleware {
 					semconv.MessagingMessageID(msg.UUID),
 					semconv.MessagingMessageBodySize(len(msg.Payload)),
 					HandlerAttr.String(handler),
-				))
+				), extra)
 			defer span.End()
 			if span.IsRecording() {
 				if id := correlationID(ctx, msg.Metadata); id != "" && id != span.SpanContext().TraceID().String() {
@@ -162,18 +185,21 @@ func continueTrace(p *message.Message, handlerSpan trace.SpanContext) {
 // replaced by the producer span's, its child, which loses nothing. An
 // unparsable one carries nothing and is replaced.
 //
+// attrs are added to every span: the root's MessagingSystem.
+//
 // With a no-op provider (noop.TracerProvider, or nil) pub is returned as it
 // is.
-func TracingPublisher(pub message.Publisher, tp trace.TracerProvider) message.Publisher {
+func TracingPublisher(pub message.Publisher, tp trace.TracerProvider, attrs ...attribute.KeyValue) message.Publisher {
 	if isNoop(tp) {
 		return pub
 	}
-	return &tracingPublisher{Publisher: pub, tracer: tp.Tracer(TracerName)}
+	return &tracingPublisher{Publisher: pub, tracer: tp.Tracer(TracerName), extra: trace.WithAttributes(attrs...)}
 }
 
 type tracingPublisher struct {
 	message.Publisher
 	tracer trace.Tracer
+	extra  trace.SpanStartEventOption
 }
 
 // Publish starts one producer span per message, injects its trace context
@@ -220,7 +246,7 @@ func (p *tracingPublisher) start(topic string, msg *message.Message) trace.Span 
 			semconv.MessagingDestinationName(topic),
 			semconv.MessagingMessageID(msg.UUID),
 			semconv.MessagingMessageBodySize(len(msg.Payload)),
-		))
+		), p.extra)
 	if !explicit {
 		inject(ctx, msg)
 	}

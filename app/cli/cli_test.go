@@ -174,3 +174,17 @@ func TestUnknownVariableWarns(t *testing.T) {
 	r = run(t, []string{"EVENTPIPE_BROKER=sqs"}, "topology", "list", "-f", "../../config/topology/booking.yaml")
 	assert.NotContains(t, r.stderr, "warning")
 }
+
+// Strict on publish: a StackUp body with a field the schema does not know is
+// refused with the schema's error, which names the field's path, before any
+// broker is contacted.
+func TestPublishRefusesAnUnknownFieldWithTheSchemasError(t *testing.T) {
+	t.Parallel()
+	environ := []string{"EVENTPIPE_BROKER=rabbitmq", "EVENTPIPE_RABBITMQ_URL=amqp://guest:guest@127.0.0.1:1/", "EVENTPIPE_STACKUP_ENABLED=true"}
+	body := `{"messageId":"smoke-1","messageType":"analyze.resume","version":"v1","traceId":"local-test","publishedAt":"2026-04-27T15:00:00Z","publisher":"manual","payload":{"resumeId":1,"filePath":"resumes/raw/1/test.pdf","analyzedDocumentId":1,"priority":"high"},"context":{"userId":1}}`
+	r := run(t, environ, "publish", "--topic", "stackup.core-to-ai/analyze.resume", "--body", body)
+	assert.Equal(t, cli.ExitUsage, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "nothing sent")
+	assert.Contains(t, r.stderr, "schemas: body refused (strict) for queue ai.analyze.resume")
+	assert.Contains(t, r.stderr, "at '/payload': additional properties 'priority' not allowed")
+}

@@ -6,17 +6,11 @@ import (
 	"io"
 	"os"
 	"strings"
-	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/spf13/cobra"
 
-	"github.com/eventpipe/eventpipe/app"
 	"github.com/eventpipe/eventpipe/app/metadata"
-	"github.com/eventpipe/eventpipe/app/msgctx"
-	"github.com/eventpipe/eventpipe/app/route"
-	"github.com/eventpipe/eventpipe/app/topology"
+	"github.com/eventpipe/eventpipe/app/publish"
 	"github.com/eventpipe/eventpipe/config"
 )
 
@@ -28,9 +22,10 @@ var errMemoryPublish = errors.New("broker.kind is memory: the in-process broker 
 	"process uses (EVENTPIPE_BROKER=rabbitmq, sqs or postgres), or let serve's own producers send on memory " +
 	"(demo.enabled, <spec>.sample_traffic; make run)")
 
-// publishConnectTimeout bounds how long publish waits for an unreachable
-// broker when serve.connect_timeout is 0 (serve's "forever").
-const publishConnectTimeout = 15 * time.Second
+// publishConnectTimeout bounds how long the commands that talk to a broker
+// wait for an unreachable one when serve.connect_timeout is 0 (serve's
+// "forever"): the library's default.
+const publishConnectTimeout = publish.DefaultConnectTimeout
 
 func (e *env) publishCmd() *cobra.Command {
 	var (
@@ -43,10 +38,13 @@ func (e *env) publishCmd() *cobra.Command {
 		Short: "Publish one message to a queue on the configured broker",
 		Long: `publish sends one message to QUEUE on the configured broker and prints its id.
 
-The body is checked first by the decoder of the route that consumes QUEUE; a body
-that route would reject is refused and nothing is sent. --raw skips the check
-(for queues eventpipe does not consume). A trace id is added (x-trace-id) unless
---metadata sets one.
+The body is checked first against the strict JSON Schema of QUEUE's message types
+(eventpipe catalog schemas: unknown fields refused, the error names the field's
+path), then by the decoder of the route that consumes QUEUE; a body either would
+reject is refused and nothing is sent. --raw skips the checks (for queues
+eventpipe does not consume). The message id and trace id (x-trace-id) are the
+body's where it carries them, unless --id and --metadata set them. Go services
+do the same with package app/publish (README, "Use from Go").
 
 On the memory broker (the default) publish refuses: that broker lives inside one
 process, and this one consumes nothing.`,
@@ -61,63 +59,42 @@ process, and this one consumes nothing.`,
 			if err != nil {
 				return usageError{err}
 			}
-			msg := message.NewMessage(id, payload)
+			opts := []publish.Option{publish.WithID(id)}
 			for _, kv := range metadataKVs {
 				k, v, ok := strings.Cut(kv, "=")
 				if !ok || k == "" {
 					return usageError{fmt.Errorf("--metadata %q: want key=value", kv)}
 				}
-				msg.Metadata.Set(k, v)
+				opts = append(opts, publish.WithMetadata(k, v))
+			}
+			if raw {
+				opts = append(opts, publish.Raw())
 			}
 
 			cfg, err := e.load()
 			if err != nil {
 				return err
 			}
-			top, err := app.SpecTopology(cfg)
+			contract, err := publish.Load(cfg)
 			if err != nil {
 				return err
 			}
-			var consumer route.Route
-			if !raw {
-				if consumer, err = validateBody(top, topic, payload); err != nil {
-					return err
-				}
-			}
-			// The ids the body carries, unless given: the transport's must
-			// agree with them (consumers deduplicate and trace on them).
-			if id == "" && consumer.MessageID != nil {
-				id = consumer.MessageID(payload)
-			}
-			if msg.Metadata.Get(metadata.TraceIDKey) == "" && consumer.TraceID != nil {
-				if tid := consumer.TraceID(message.NewMessage("", payload)); tid != "" {
-					msg.Metadata.Set(metadata.TraceIDKey, tid)
-				}
-			}
-			if id == "" {
-				id = watermill.NewUUID()
-			}
-			msg.UUID = id
-			if msg.Metadata.Get(metadata.TraceIDKey) == "" {
-				msg.Metadata.Set(metadata.TraceIDKey, msgctx.NewTraceID())
+			// Checked before any broker is contacted: a refused body fails
+			// at once, whatever the broker's state.
+			msg, err := contract.Message(cmd.Context(), topic, payload, opts...)
+			if err != nil {
+				return refusal(err)
 			}
 			if cfg.Broker.Kind == config.KindMemory {
 				return usageError{errMemoryPublish}
 			}
-			if cfg.Serve.ConnectTimeout == 0 {
-				cfg.Serve.ConnectTimeout = publishConnectTimeout
-			}
-			ps, err := app.NewBroker(cmd.Context(), cfg, e.logger(cfg))
+			pub, err := publish.Open(cmd.Context(), cfg, publish.Options{Logger: e.logger(cfg)})
 			if err != nil {
 				return err
 			}
-			defer func() { _ = ps.Close() }()
-			pub, err := app.NewPublisher(cfg, ps, top)
-			if err != nil {
+			defer func() { _ = pub.Close() }()
+			if err := pub.Send(topic, msg); err != nil {
 				return err
-			}
-			if err := pub.Publish(topic, msg); err != nil {
-				return fmt.Errorf("publish to %s: %w", topic, err)
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "published %s to %s on %s (trace %s)\n",
 				msg.UUID, topic, cfg.Broker.Kind, msg.Metadata.Get(metadata.TraceIDKey))
@@ -149,31 +126,15 @@ func (e *env) readBody(body, file string) ([]byte, error) {
 	}
 }
 
-// validateBody checks payload the way the consumers of topic will: the route
-// of the queue, or of every queue an "<exchange>/<routing-key>" topic reaches
-// by top's bindings. Nothing is sent when one refuses it.
-func validateBody(top topology.Topology, topic string, payload []byte) (route.Route, error) {
-	queues := []string{topic}
-	if exchange, key, routed := strings.Cut(topic, "/"); routed && exchange != "" {
-		queues = top.Route(exchange, key)
-		if len(queues) == 0 {
-			return route.Route{}, usageError{fmt.Errorf("no queue of the enabled specs is bound to exchange %q for routing key %q (is the spec enabled?); nothing sent", exchange, key)}
-		}
-	} else if routed {
-		queues = []string{key}
+// refusal is the usage error of a body or topic the contract refuses.
+func refusal(err error) error {
+	var unknown *publish.UnknownTopicError
+	if errors.As(err, &unknown) && !unknown.Unbound {
+		return usageError{fmt.Errorf("%w; use --raw to publish anyway", err)}
 	}
-	var first route.Route
-	for i, q := range queues {
-		r, err := app.Catalog().ByQueue(q)
-		if err != nil {
-			return route.Route{}, usageError{fmt.Errorf("%w; use --raw to publish anyway", err)}
-		}
-		if err := r.Validate(payload); err != nil {
-			return route.Route{}, usageError{fmt.Errorf("body refused by route %s, nothing sent: %w", r.Name, err)}
-		}
-		if i == 0 {
-			first = r
-		}
+	var refused *publish.RefusedError
+	if errors.As(err, &refused) || errors.As(err, &unknown) {
+		return usageError{err}
 	}
-	return first, nil
+	return err
 }

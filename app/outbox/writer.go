@@ -117,3 +117,26 @@ func (e *NotPublishedError) Error() string {
 }
 
 func (e *NotPublishedError) Unwrap() error { return e.Err }
+
+// Checked returns w with check run on every message before anything is
+// written: when check refuses one, Write writes none of the call's messages
+// and returns check's error. The composition root uses it to hold what our
+// producers write to the strict JSON Schemas (strict on publish).
+func Checked(w Writer, check func(topic string, msg *message.Message) error) Writer {
+	return checked{w: w, check: check}
+}
+
+type checked struct {
+	w     Writer
+	check func(topic string, msg *message.Message) error
+}
+
+// Write implements Writer.
+func (c checked) Write(ctx context.Context, topic string, msgs ...*message.Message) error {
+	for _, m := range msgs {
+		if err := c.check(topic, m); err != nil {
+			return err
+		}
+	}
+	return c.w.Write(ctx, topic, msgs...)
+}

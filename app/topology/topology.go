@@ -333,6 +333,21 @@ func (t Topology) Route(exchange, routingKey string) []string {
 	return out
 }
 
+// TopicQueues says which queues a message published to topic lands on: topic is
+// a queue name, or "<exchange>/<routing-key>" (Route), or "/<queue>" (the
+// default exchange). Nil when an exchange's bindings reach no queue.
+func (t Topology) TopicQueues(topic string) []string {
+	exchange, key, routed := strings.Cut(topic, "/")
+	switch {
+	case !routed:
+		return []string{topic}
+	case exchange == "":
+		return []string{key}
+	default:
+		return t.Route(exchange, key)
+	}
+}
+
 // Match reports whether an AMQP topic pattern matches a routing key: words are
 // separated by '.', '*' matches exactly one word, '#' zero or more.
 func Match(pattern, key string) bool {

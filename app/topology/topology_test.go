@@ -89,6 +89,12 @@ func TestParseAndRoute(t *testing.T) {
 	assert.Empty(t, top.Route("ex.dlx", "dlq.q.other"))
 	assert.Equal(t, []string{"q.work", "q.realtime"}, top.Route("ex.fan", "ignored"))
 	assert.Empty(t, top.Route("no.such.exchange", "work.do"))
+
+	// A topic: a queue, "<exchange>/<routing-key>", or "/<queue>".
+	assert.Equal(t, []string{"q.work"}, top.TopicQueues("q.work"))
+	assert.Equal(t, []string{"q.work"}, top.TopicQueues("/q.work"))
+	assert.Equal(t, []string{"q.work", "q.realtime"}, top.TopicQueues("ex.fan/ignored"))
+	assert.Empty(t, top.TopicQueues("ex.topic/realtime.document.x"))
 }
 
 func TestValidateReportsEveryProblemWithPath(t *testing.T) {

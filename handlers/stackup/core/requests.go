@@ -81,7 +81,21 @@ func (s *Service) RequestAnalysis(ctx context.Context, userID int64, req catalog
 }
 
 // RequestQuestions publishes generate.questions for an existing session.
+//
+// The contract's arrays are arrays (§5.6): a list left nil is sent as [],
+// never null, which the strict schema of our publishers refuses.
 func (s *Service) RequestQuestions(ctx context.Context, userID int64, req *catalog.GenerateQuestionsV1) (string, error) {
+	r := *req
+	if r.Documents == nil {
+		r.Documents = []catalog.SourceDocument{}
+	}
+	if r.RecentQuestions == nil {
+		r.RecentQuestions = []string{}
+	}
+	if r.FocusAreas == nil {
+		r.FocusAreas = []string{}
+	}
+	req = &r
 	return s.request(ctx, catalog.Outgoing{Type: catalog.GenerateQuestions, Payload: req, Context: userCtx(userID, &req.SessionID)},
 		func(ctx context.Context) error {
 			_, err := s.cfg.Store.Session(ctx, req.SessionID)
