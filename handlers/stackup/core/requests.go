@@ -86,6 +86,9 @@ func (s *Service) RequestAnalysis(ctx context.Context, userID int64, req catalog
 // never null, which the strict schema of our publishers refuses.
 func (s *Service) RequestQuestions(ctx context.Context, userID int64, req *catalog.GenerateQuestionsV1) (string, error) {
 	r := *req
+	if r.JobCategories == nil {
+		r.JobCategories = []string{}
+	}
 	if r.Documents == nil {
 		r.Documents = []catalog.SourceDocument{}
 	}
@@ -109,6 +112,14 @@ func (s *Service) RequestFollowup(ctx context.Context, userID int64, req *catalo
 	if req.FollowupMessageID == nil {
 		return "", fmt.Errorf("stackup request followup: followupMessageId (the placeholder's id) is required")
 	}
+	r := *req
+	if r.ContextDocumentIDs == nil {
+		r.ContextDocumentIDs = []int64{}
+	}
+	if r.History == nil {
+		r.History = []catalog.Turn{}
+	}
+	req = &r
 	return s.request(ctx, catalog.Outgoing{Type: catalog.GenerateFollowup, Payload: req, Context: userCtx(userID, &req.SessionID)},
 		func(ctx context.Context) error {
 			return s.cfg.Store.CreateMessage(ctx, Message{ID: *req.FollowupMessageID, SessionID: req.SessionID,
@@ -121,6 +132,9 @@ func (s *Service) RequestFollowup(ctx context.Context, userID int64, req *catalo
 // generate.feedback carrying it.
 func (s *Service) RequestFeedback(ctx context.Context, userID int64, req *catalog.GenerateFeedbackV1) (string, error) {
 	r := *req
+	if r.Messages == nil {
+		r.Messages = []catalog.TranscriptMessage{}
+	}
 	attempt := uuid.NewString()
 	r.AttemptID = &attempt
 	return s.request(ctx, catalog.Outgoing{Type: catalog.GenerateFeedback, Payload: &r, Context: userCtx(userID, &r.SessionID)},

@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/dbtx/dbtest"
 	"github.com/eventpipe/eventpipe/app/inbox"
 	"github.com/eventpipe/eventpipe/app/outbox"
+	"github.com/eventpipe/eventpipe/app/schemas"
 	"github.com/eventpipe/eventpipe/app/topology"
 	"github.com/eventpipe/eventpipe/handlers/stackup"
 	"github.com/eventpipe/eventpipe/handlers/stackup/catalog"
@@ -122,4 +124,36 @@ func TestNewNeedsItsDependencies(t *testing.T) {
 	assert.ErrorContains(t, err, "store")
 	assert.ErrorContains(t, err, "outbox")
 	assert.ErrorContains(t, err, "inbox")
+}
+
+// The contract's arrays are arrays (§5.6, §5.8, §5.10): a request whose lists
+// the caller left nil goes out with [], which the strict schema of our
+// publishers accepts, never with null, which it refuses.
+func TestRequestsSendNilListsAsArrays(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	store := core.NewMemory()
+	svc, err := core.New(core.Config{Catalog: catalog.Default(), Topology: loadTopology(t), Store: store,
+		Outbox: outbox.AfterCommit{Publisher: rec}, Inbox: inbox.NewMemory(), Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, store.CreateSession(ctx, core.Session{ID: 9, UserID: 7}))
+
+	_, err = svc.RequestQuestions(ctx, 7, &catalog.GenerateQuestionsV1{SessionID: 9, Mode: "TECHNICAL", InitialQuestionCount: 2, MaxQuestions: 10})
+	require.NoError(t, err)
+	placeholder := int64(503)
+	_, err = svc.RequestFollowup(ctx, 7, &catalog.GenerateFollowupV1{SessionID: 9, ParentMessageID: 501, AnswerMessageID: 502,
+		PreviousQuestion: "가장 어려웠던 점은?", AnswerText: "동시성 문제였습니다.", Mode: "TECHNICAL", FollowupMessageID: &placeholder})
+	require.NoError(t, err)
+	_, err = svc.RequestFeedback(ctx, 7, &catalog.GenerateFeedbackV1{SessionID: 9, Mode: "TECHNICAL"})
+	require.NoError(t, err)
+
+	cat, err := schemas.Load()
+	require.NoError(t, err)
+	require.Len(t, rec.msgs, 3)
+	for i, m := range rec.msgs {
+		queue := "ai." + rec.topics[i][strings.LastIndex(rec.topics[i], "/")+1:]
+		assert.NotContains(t, string(m.Payload), "null]", rec.topics[i])
+		assert.NoError(t, cat.ValidateQueue(queue, m.Payload, schemas.Strict), "%s: %s", queue, m.Payload)
+	}
 }
