@@ -634,7 +634,7 @@ type deadLetter struct {
 func (r *flowRun) peekDLQ(ctx context.Context, queue string, max int, extra ...string) ([]deadLetter, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, r.bin, "dlq", "peek", "--queue", queue, "--max", fmt.Sprint(max), "--wait", "3s")
+	cmd := exec.CommandContext(ctx, r.bin, "dlq", "peek", "--queue", queue, "--max", fmt.Sprint(max))
 	cmd.Env = r.directEnv(extra...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr

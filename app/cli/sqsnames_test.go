@@ -111,7 +111,7 @@ func TestStackUpQueuesOnSQSByTopologyName(t *testing.T) {
 	cancel()
 
 	// Without --max: peek shows up to its default of 10.
-	r = run(t, environ, "dlq", "peek", "--queue", sqsDLQ, "--wait", "3s")
+	r = run(t, environ, "dlq", "peek", "--queue", sqsDLQ)
 	require.Equal(t, cli.ExitOK, r.code, r.stderr)
 	assert.Contains(t, r.stdout, sent.UUID, "peek by the DLQ's SQS name")
 
