@@ -134,6 +134,18 @@ type DeadLetterSourcer interface {
 	DeadLetterSources(ctx context.Context, dlq string) ([]string, error)
 }
 
+// MessageMover is implemented by adapters whose broker can move a
+// dead-letter queue's messages to another queue itself, unchanged (SQS's
+// StartMessageMoveTask). A redrive of a whole DLQ that a broker-side policy
+// filled (its messages carry no history of eventpipe's) uses it.
+type MessageMover interface {
+	// MoveMessages moves every message of dlq to to, at most perSecond a
+	// second (0 = the broker's pace), and returns how many it moved once
+	// the move has ended. progress, when set, is called with the count so
+	// far while the move runs.
+	MoveMessages(ctx context.Context, dlq, to string, perSecond int, progress func(moved int64)) (int64, error)
+}
+
 // ErrQueueNotFound is wrapped by QueueStats for a queue the broker does not
 // have. Callers branch on it with errors.Is.
 var ErrQueueNotFound = errors.New("queue not found")
