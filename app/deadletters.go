@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"regexp"
 	"slices"
 	"strings"
@@ -228,6 +229,18 @@ type Redriven struct {
 	Edited bool `json:"edited,omitempty"`
 	// Discarded is true for a dead letter removed without a copy.
 	Discarded bool `json:"discarded,omitempty"`
+	// Moved, when not zero, is the number of messages the broker moved
+	// itself in one move (broker.MessageMover: SQS's message move task),
+	// which names none of them; ID is then empty.
+	Moved int64 `json:"moved,omitempty"`
+}
+
+// Count is how many dead letters r stands for: Moved, else one.
+func (r Redriven) Count() int64 {
+	if r.Moved > 0 {
+		return r.Moved
+	}
+	return 1
 }
 
 // RedriveDeadLetters moves up to max messages (0 = all) of the dead-letter
@@ -360,6 +373,12 @@ func Redrive(ctx context.Context, sub message.Subscriber, pub message.Publisher,
 		return append(done, more...), err
 	}
 
+	if mover, ok := sub.(broker.MessageMover); ok && wholeQueue(opts) {
+		if to, ok := brokerFilled(ctx, sub, dlq, opts, target); ok {
+			return brokerMove(ctx, mover, dlq, to, opts)
+		}
+	}
+
 	msgs, err := sub.Subscribe(ctx, dlq)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe %s: %w", dlq, err)
@@ -419,6 +438,50 @@ func Redrive(ctx context.Context, sub message.Subscriber, pub message.Publisher,
 		}
 	}
 	return done, nil
+}
+
+// wholeQueue reports whether opts move every dead letter unchanged: no
+// selection, edit, discard or limit.
+func wholeQueue(opts RedriveOptions) bool {
+	return len(opts.IDs) == 0 && opts.Group == "" && len(opts.Edits) == 0 && !opts.Discard && opts.Max == 0
+}
+
+// brokerFilled reports whether dlq was filled by the broker's own policy —
+// none of the first dead letters a peek shows carries a history (a DLQ
+// eventpipe writes to keeps its record, which the copy must drop, so it is
+// moved message by message) — and where they go: To, else the one source
+// the broker names.
+func brokerFilled(ctx context.Context, sub message.Subscriber, dlq string, opts RedriveOptions, target func(DeadLetterView) (string, error)) (string, bool) {
+	peek, err := PeekDeadLetters(ctx, sub, dlq, 100)
+	if err != nil || len(peek.Letters) == 0 {
+		return "", false
+	}
+	for _, v := range peek.Letters {
+		if v.History != nil {
+			return "", false
+		}
+	}
+	to, err := target(peek.Letters[0])
+	if err != nil {
+		return "", false // the message-by-message redrive says why
+	}
+	return to, true
+}
+
+// brokerMove has the broker move every message of dlq to to.
+func brokerMove(ctx context.Context, mover broker.MessageMover, dlq, to string, opts RedriveOptions) ([]Redriven, error) {
+	start := time.Now()
+	var progress func(int64)
+	if opts.Progress != nil {
+		progress = func(n int64) {
+			opts.Progress(RedriveProgress{Done: int(n), Last: Redriven{To: to, Moved: n}, Elapsed: time.Since(start)})
+		}
+	}
+	n, err := mover.MoveMessages(ctx, dlq, to, int(math.Ceil(opts.Rate)), progress)
+	if n == 0 {
+		return nil, err
+	}
+	return []Redriven{{To: to, Moved: n}}, err
 }
 
 // selected reports whether a dead letter is one opts asks to move.

@@ -8,6 +8,10 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -15,6 +19,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/broker/brokertest"
 	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/app/testbrokers"
+	"github.com/eventpipe/eventpipe/app/testenv"
 )
 
 // deadLetter is a dead letter of source with reason, as eventpipe records it.
@@ -133,4 +138,61 @@ func TestRedriveGroupDryRunEditAndDiscard(t *testing.T) {
 			left(0)
 		})
 	}
+}
+
+// A DLQ that SQS's redrive policy filled (no history of eventpipe's) is
+// moved by the broker (broker.MessageMover; on the emulator, batches
+// eventpipe sends and deletes) to the source the broker names, after a
+// canary moved one on its own, keeping ids and bodies.
+func TestRedriveOfABrokerFilledDLQIsMovedByTheBroker(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ps := testbrokers.New(t, "sqs", "")
+	source := brokertest.Topic(t)
+	dlq := source + "-dlq"
+	var sent []string
+	for i := range 3 {
+		msg := message.NewMessage(fmt.Sprintf("%s-%d", source, i), []byte(fmt.Sprintf(`{"n":%d}`, i)))
+		sent = append(sent, msg.UUID)
+		publish(t, ps, dlq, msg)
+	}
+	publish(t, ps, source)
+	raw := awssqs.New(awssqs.Options{Region: testenv.SQSRegion, BaseEndpoint: aws.String(testenv.SQSEndpoint(t)),
+		Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")})
+	dlqURL, err := raw.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(dlq)})
+	require.NoError(t, err)
+	arn, err := raw.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: dlqURL.QueueUrl, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
+	require.NoError(t, err)
+	srcURL, err := raw.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(source)})
+	require.NoError(t, err)
+	_, err = raw.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: srcURL.QueueUrl, Attributes: map[string]string{
+		"RedrivePolicy": `{"deadLetterTargetArn":"` + arn.Attributes["QueueArn"] + `","maxReceiveCount":3}`}})
+	require.NoError(t, err)
+
+	var progress []app.RedriveProgress
+	done, err := app.Redrive(ctx, ps, ps, dlq, app.RedriveOptions{Canary: true, CanaryWait: time.Second, Idle: 3 * time.Second,
+		Progress: func(p app.RedriveProgress) { progress = append(progress, p) }})
+	require.NoError(t, err)
+	require.Len(t, done, 2, "%+v", done)
+	assert.Contains(t, sent, done[0].ID, "the canary, moved on its own")
+	assert.Equal(t, source, done[0].To)
+	assert.Equal(t, app.Redriven{To: source, Moved: 2}, done[1], "the rest, moved by the broker")
+	require.NotEmpty(t, progress)
+	assert.EqualValues(t, 2, progress[len(progress)-1].Last.Moved)
+
+	subCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	msgs, err := ps.Subscribe(subCtx, source)
+	require.NoError(t, err)
+	var got []string
+	for range 3 {
+		m := brokertest.Next(t, msgs, 30*time.Second)
+		got = append(got, m.UUID)
+		m.Ack()
+	}
+	assert.ElementsMatch(t, sent, got, "ids kept")
+	left, err := app.PeekDeadLetters(ctx, ps, dlq, 10)
+	require.NoError(t, err)
+	assert.Empty(t, left.Letters)
 }

@@ -120,8 +120,14 @@ as a bar on a terminal, else as JSON lines (--progress forces one).`,
 				if dryRun {
 					verb = "would redrive"
 				}
+				var n int64
 				for _, r := range done {
-					if _, werr := fmt.Fprintf(out, "%s %s to %s\n", verb, r.ID, r.To); werr != nil {
+					n += r.Count()
+					line := fmt.Sprintf("%s %s to %s\n", verb, r.ID, r.To)
+					if r.Moved > 0 {
+						line = fmt.Sprintf("the broker moved %d message(s) to %s (SQS message move task)\n", r.Moved, r.To)
+					}
+					if _, werr := io.WriteString(out, line); werr != nil {
 						return werr
 					}
 				}
@@ -129,7 +135,7 @@ as a bar on a terminal, else as JSON lines (--progress forces one).`,
 				if dryRun {
 					summary = "%d message(s) would be redriven from %s (dry run: nothing changed)\n"
 				}
-				if _, werr := fmt.Fprintf(out, summary, len(done), b.queue); werr != nil {
+				if _, werr := fmt.Fprintf(out, summary, n, b.queue); werr != nil {
 					return werr
 				}
 				return err
