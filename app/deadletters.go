@@ -379,6 +379,10 @@ func Redrive(ctx context.Context, sub message.Subscriber, pub message.Publisher,
 		}
 	}
 
+	if br, ok := sub.(broker.BatchReceiver); ok && len(opts.IDs) == 0 && opts.Group == "" && len(opts.Edits) == 0 && !opts.Discard {
+		return redriveInBatches(ctx, br, pub, dlq, opts, target)
+	}
+
 	msgs, err := sub.Subscribe(ctx, dlq)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe %s: %w", dlq, err)
@@ -498,21 +502,110 @@ func selected(v DeadLetterView, opts RedriveOptions, wanted map[string]bool) boo
 	return true
 }
 
+// redriveBatch is the most dead letters a batched redrive reads, publishes
+// and acks at once.
+const redriveBatch = 100
+
+// redriveInBatches is Redrive without a selection on a broker that hands out
+// batches: each batch's copies are published together (pipelined with
+// confirms on RabbitMQ, one call per target queue), then the batch is acked
+// at once. A failure gives the whole batch back; copies already confirmed
+// then have a duplicate in the DLQ with the same id, never a loss.
+func redriveInBatches(ctx context.Context, br broker.BatchReceiver, pub message.Publisher, dlq string, opts RedriveOptions, target func(DeadLetterView) (string, error)) ([]Redriven, error) {
+	size := redriveBatch
+	if opts.Max > 0 {
+		size = min(size, opts.Max)
+	}
+	reader, err := br.ReceiveBatches(ctx, dlq, size)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", dlq, err)
+	}
+	defer func() { _ = reader.Close() }()
+	var limiter <-chan time.Time
+	if opts.Rate > 0 {
+		t := time.NewTicker(time.Duration(float64(time.Second) / opts.Rate))
+		defer t.Stop()
+		limiter = t.C
+	}
+	start := time.Now()
+	var done []Redriven
+	for opts.Max == 0 || len(done) < opts.Max {
+		limit := size
+		if opts.Max > 0 {
+			limit = min(limit, opts.Max-len(done))
+		}
+		msgs, err := reader.Next(ctx, limit, opts.Idle)
+		if err != nil || len(msgs) == 0 {
+			return done, err
+		}
+		var (
+			order  []string
+			copies = map[string][]*message.Message{}
+			batch  []Redriven
+		)
+		for _, msg := range msgs {
+			if limiter != nil {
+				select {
+				case <-limiter:
+				case <-ctx.Done():
+					return done, ctx.Err()
+				}
+			}
+			r, again, err := copyOf(ctx, msg, viewOf(msg), opts, target)
+			if err != nil {
+				return done, err
+			}
+			if _, ok := copies[r.To]; !ok {
+				order = append(order, r.To)
+			}
+			copies[r.To] = append(copies[r.To], again)
+			batch = append(batch, r)
+		}
+		for _, to := range order {
+			if err := pub.Publish(to, copies[to]...); err != nil {
+				return done, fmt.Errorf("redrive %d message(s) to %s: %w", len(copies[to]), to, err)
+			}
+		}
+		if err := reader.Ack(); err != nil {
+			return done, fmt.Errorf("the copies are sent, the dead letters stay (duplicates with the same ids): %w", err)
+		}
+		for _, r := range batch {
+			done = append(done, r)
+			if opts.Progress != nil {
+				opts.Progress(RedriveProgress{Done: len(done), Last: r, Elapsed: time.Since(start)})
+			}
+		}
+	}
+	return done, nil
+}
+
 // moveOne publishes the copy of one dead letter (or, discarding, nothing).
 func moveOne(ctx context.Context, pub message.Publisher, msg *message.Message, v DeadLetterView, opts RedriveOptions, target func(DeadLetterView) (string, error)) (Redriven, error) {
 	if opts.Discard {
 		return Redriven{ID: msg.UUID, Discarded: true}, nil
 	}
-	to, err := target(v)
+	r, again, err := copyOf(ctx, msg, v, opts, target)
 	if err != nil {
 		return Redriven{}, err
+	}
+	if err := pub.Publish(r.To, again); err != nil {
+		return Redriven{}, fmt.Errorf("redrive %s to %s: %w", msg.UUID, r.To, err)
+	}
+	return r, nil
+}
+
+// copyOf is the copy of one dead letter a redrive sends, and where.
+func copyOf(ctx context.Context, msg *message.Message, v DeadLetterView, opts RedriveOptions, target func(DeadLetterView) (string, error)) (Redriven, *message.Message, error) {
+	to, err := target(v)
+	if err != nil {
+		return Redriven{}, nil, err
 	}
 	body, edited := opts.Edits[msg.UUID]
 	if !edited {
 		body = msg.Payload
 	} else if opts.Validate != nil {
 		if err := opts.Validate(to, body); err != nil {
-			return Redriven{}, fmt.Errorf("edited body of %s refused by %s's validation, nothing sent: %w", msg.UUID, to, err)
+			return Redriven{}, nil, fmt.Errorf("edited body of %s refused by %s's validation, nothing sent: %w", msg.UUID, to, err)
 		}
 	}
 	again := message.NewMessage(msg.UUID, body)
@@ -534,10 +627,7 @@ func moveOne(ctx context.Context, pub message.Publisher, msg *message.Message, v
 	// so the source queue still drops the second copy.
 	again.Metadata.Set(metadata.DeduplicationIDKey, metadata.DerivedDeduplicationID(msg, reason))
 	again.SetContext(ctx)
-	if err := pub.Publish(to, again); err != nil {
-		return Redriven{}, fmt.Errorf("redrive %s to %s: %w", msg.UUID, to, err)
-	}
-	return Redriven{ID: msg.UUID, To: to, Edited: edited}, nil
+	return Redriven{ID: msg.UUID, To: to, Edited: edited}, again, nil
 }
 
 // passOver moves a dead letter a selective redrive leaves to the back of its

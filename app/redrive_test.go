@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -195,4 +196,75 @@ func TestRedriveOfABrokerFilledDLQIsMovedByTheBroker(t *testing.T) {
 	left, err := app.PeekDeadLetters(ctx, ps, dlq, 10)
 	require.NoError(t, err)
 	assert.Empty(t, left.Letters)
+}
+
+// countingPublisher counts Publish calls and messages.
+type countingPublisher struct {
+	message.Publisher
+	mu          sync.Mutex
+	calls, msgs int
+}
+
+func (c *countingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	c.mu.Lock()
+	c.calls++
+	c.msgs += len(msgs)
+	c.mu.Unlock()
+	return c.Publisher.Publish(topic, msgs...)
+}
+
+// On RabbitMQ a redrive without a selection goes in batches: a batch's
+// copies in one publish (confirms pipelined), then one ack for the batch.
+// --max is kept exactly (what the prefetch holds beyond it stays), and every
+// copy arrives unspent, without its history.
+func TestRedriveInBatchesOnRabbitMQ(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ps := testbrokers.New(t, "rabbitmq", testbrokers.Scope(t, "rabbitmq"))
+	source := brokertest.Topic(t)
+	dlq := source + "-dlq"
+	const n = 250
+	at := time.Now().UTC()
+	var letters []*message.Message
+	for i := range n {
+		letters = append(letters, deadLetter(source, fmt.Sprintf("order %d not found", i), "permanent", at))
+	}
+	publish(t, ps, source)
+	publish(t, ps, dlq, letters...)
+
+	pub := &countingPublisher{Publisher: ps}
+	done, err := app.Redrive(ctx, ps, pub, dlq, app.RedriveOptions{Max: 150, Idle: 3 * time.Second})
+	require.NoError(t, err)
+	assert.Len(t, done, 150)
+	assert.Equal(t, 2, pub.calls, "batches of 100, not a publish per message")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		peek, err := app.PeekDeadLetters(ctx, ps, dlq, 1000)
+		if assert.NoError(c, err) {
+			assert.Len(c, peek.Letters, n-150, "--max kept; the rest of the prefetch given back")
+		}
+	}, 30*time.Second, 200*time.Millisecond)
+
+	var progress int
+	done, err = app.Redrive(ctx, ps, pub, dlq, app.RedriveOptions{Idle: 2 * time.Second, Progress: func(p app.RedriveProgress) { progress = p.Done }})
+	require.NoError(t, err)
+	assert.Len(t, done, n-150)
+	assert.Equal(t, n-150, progress)
+	assert.Equal(t, 3, pub.calls)
+
+	subCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	msgs, err := ps.Subscribe(subCtx, source)
+	require.NoError(t, err)
+	seen := map[string]bool{}
+	for range n {
+		m := brokertest.Next(t, msgs, 30*time.Second)
+		seen[m.UUID] = true
+		assert.Equal(t, "0", m.Metadata.Get(metadata.AttemptKey), "a redriven copy starts afresh")
+		assert.Empty(t, m.Metadata.Get(metadata.DeadLetterKey))
+		m.Ack()
+	}
+	for _, l := range letters {
+		assert.True(t, seen[l.UUID], "%s arrived", l.UUID)
+	}
 }

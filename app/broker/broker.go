@@ -146,6 +146,30 @@ type MessageMover interface {
 	MoveMessages(ctx context.Context, dlq, to string, perSecond int, progress func(moved int64)) (int64, error)
 }
 
+// BatchReceiver is implemented by adapters that can hand out a queue's
+// messages several at a time and settle them together (RabbitMQ: a consumer
+// with a prefetch of the batch, and one `multiple` ack). A redrive of a
+// whole DLQ uses it: a batch's copies are published pipelined, then the
+// batch is acked at once.
+type BatchReceiver interface {
+	// ReceiveBatches starts reading queue in batches of up to size.
+	ReceiveBatches(ctx context.Context, queue string, size int) (BatchReader, error)
+}
+
+// BatchReader reads one queue in batches; Close gives back what was read
+// and not acked.
+type BatchReader interface {
+	// Next returns up to max messages (at most the batch size), waiting up
+	// to wait for the first; none when wait passes without one. It returns
+	// no message twice while the reader is open.
+	Next(ctx context.Context, max int, wait time.Duration) ([]*message.Message, error)
+	// Ack removes every message Next returned so far, and only those.
+	Ack() error
+	// Close gives back every message Next returned and Ack did not remove,
+	// and ends the reader.
+	Close() error
+}
+
 // ErrQueueNotFound is wrapped by QueueStats for a queue the broker does not
 // have. Callers branch on it with errors.Is.
 var ErrQueueNotFound = errors.New("queue not found")
