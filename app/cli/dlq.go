@@ -93,7 +93,13 @@ prints them); the others are passed over once, each moved unchanged to the
 back of the DLQ. --dry-run prints what would move where and changes nothing.
 --canary moves one first and watches the DLQ for --canary-wait: when it comes
 back the rest stay. --rate caps messages per second. Progress goes to stderr
-as a bar on a terminal, else as JSON lines (--progress forces one).`,
+as a bar on a terminal, else as JSON lines (--progress forces one).
+
+Without --group or --id it goes in batches where the broker allows: on
+RabbitMQ 100 copies published with pipelined confirms, then one ack for the
+batch; a whole SQS DLQ that a redrive policy filled is moved by SQS itself (a
+message move task; where the API lacks it, batches of ten received, sent and
+deleted), reported as a count (decision 0029).`,
 		Example: `  eventpipe dlq redrive --queue report-generate-dlq
   eventpipe dlq redrive --queue dlq.ai.analyze.resume --to ai.analyze.resume --max 10
   eventpipe dlq redrive --queue domain-events-dlq --group 3f2a9c01d4e5 --canary --rate 50 --dry-run`,
