@@ -20,6 +20,7 @@ import (
 
 	"github.com/eventpipe/eventpipe/app/auth"
 	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/migrations"
 )
 
 //go:embed consoleui/console.html
@@ -463,6 +464,9 @@ func (c console) follow(ctx context.Context, traceID string) ([]traceHit, string
 			continue
 		}
 		peek, err := PeekDeadLetters(ctx, c.s.broker, q.DeadLetter.Queue, consolePeekMax)
+		if errors.Is(err, broker.ErrQueueNotFound) {
+			continue // nothing was ever dead-lettered there (the broker makes it on first use)
+		}
 		if err != nil {
 			notes = append(notes, fmt.Sprintf("%s not read: %v.", q.DeadLetter.Queue, err))
 			continue
@@ -487,7 +491,9 @@ func (c console) follow(ctx context.Context, traceID string) ([]traceHit, string
 	}
 	err := func() error {
 		q := c.s.db
-		rows, err := q.Query(ctx, `SELECT event_id, topic, created_at, published_at, parked_at FROM outbox
+		// The tables live in the configured schema, not on the search path.
+		schema := migrations.SchemaOrDefault(c.s.cfg.Postgres.Schema)
+		rows, err := q.Query(ctx, `SELECT event_id, topic, created_at, published_at, parked_at FROM `+pgx.Identifier{schema, "outbox"}.Sanitize()+`
 			WHERE metadata->>'x-trace-id' = $1 ORDER BY id LIMIT 100`, traceID)
 		if err != nil {
 			return err
@@ -513,7 +519,7 @@ func (c console) follow(ctx context.Context, traceID string) ([]traceHit, string
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		rows, err = q.Query(ctx, `SELECT consumer, message_id, processed_at FROM processed_messages WHERE message_id = ANY($1) ORDER BY processed_at`, ids)
+		rows, err = q.Query(ctx, `SELECT consumer, message_id, processed_at FROM `+pgx.Identifier{schema, "processed_messages"}.Sanitize()+` WHERE message_id = ANY($1) ORDER BY processed_at`, ids)
 		if err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -252,4 +253,86 @@ func TestConsoleOnMemorySaysWhyNot(t *testing.T) {
 	assert.Contains(t, body, "cannot count or show them without taking them", "open on loopback without a verifier")
 	cancel()
 	require.NoError(t, <-done)
+}
+
+// consoleDo sends one request to the console as an admin from its own
+// origin and returns the status and body.
+func consoleDo(t *testing.T, base, method, path string, form url.Values) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, base+path, strings.NewReader(form.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Authorization", "Bearer "+token(t, "admin"))
+	req.Header.Set("Origin", base)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(body)
+}
+
+// The console's "Retry one first" and edit and redrive against the running
+// StackUp worker: a canary of a group whose bodies the route still refuses
+// comes back to the DLQ, so the rest stay; an edited body the route accepts
+// is redriven and handled, and does not come back; following its trace id
+// finds it in the DLQ before and in the inbox after.
+func TestConsoleCanaryEditAndTraceFollow(t *testing.T) {
+	base, _, letters := consoleService(t)
+	const dlq = "dlq.ai.analyze.resume"
+	dlqIDs := func() []string {
+		t.Helper()
+		code, body := consoleDo(t, base, http.MethodGet, "/console/dlq?queue="+dlq, nil)
+		require.Equal(t, http.StatusOK, code, body)
+		var in []string
+		for _, l := range letters {
+			if strings.Contains(body, l.UUID) {
+				in = append(in, l.UUID)
+			}
+		}
+		return in
+	}
+	require.Eventually(t, func() bool { return len(dlqIDs()) == 3 }, 30*time.Second, 200*time.Millisecond)
+
+	// Follow the trace of the timeout letter while it is dead.
+	timeout := letters[2]
+	traceID := timeout.Metadata.Get(metadata.TraceIDKey)
+	code, body := consoleDo(t, base, http.MethodGet, "/console/trace?id="+url.QueryEscape(traceID), nil)
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, "dead-letter queue "+dlq)
+	assert.Contains(t, body, timeout.UUID)
+	assert.Contains(t, body, "dead-lettered: llm: timeout after 30s")
+
+	// The canary: the group's bodies still lack a messageId, the worker
+	// dead-letters the first one again at once, the second stays.
+	code, body = consoleDo(t, base, http.MethodPost, "/console/redrive", url.Values{"queue": {dlq}, "mode": {"canary"},
+		"group": {"envelope: messageId is required (message <n>)"}, "confirm": {"yes"}})
+	assert.Equal(t, http.StatusUnprocessableEntity, code, body)
+	assert.Contains(t, body, "came back to the dead-letter queue")
+	assert.Contains(t, body, "the rest were left there")
+	require.Eventually(t, func() bool { return len(dlqIDs()) == 3 }, 30*time.Second, 200*time.Millisecond, "the canary is back, the rest never left")
+
+	// Edit and redrive with a body the route accepts.
+	valid := fmt.Sprintf(`{"messageId":%q,"messageType":"analyze.resume","version":"v1","traceId":%q,"publishedAt":"2026-04-27T15:00:00Z",`+
+		`"publisher":"console-test","payload":{"resumeId":1,"filePath":"resumes/raw/1/test.pdf","analyzedDocumentId":1},"context":{"userId":1}}`,
+		timeout.UUID, traceID)
+	code, body = consoleDo(t, base, http.MethodPost, "/console/edit", url.Values{"queue": {dlq}, "id": {timeout.UUID}, "body": {valid}})
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, timeout.UUID+" → ai.analyze.resume (edited)")
+	assert.Contains(t, body, "1 dead letter(s): edit and redrive done")
+
+	// Handled: it does not come back, and its trace now leads through the
+	// worker's callback in the outbox to Core's inbox.
+	var trace string
+	require.Eventually(t, func() bool {
+		var code int
+		code, trace = consoleDo(t, base, http.MethodGet, "/console/trace?id="+url.QueryEscape(traceID), nil)
+		return code == http.StatusOK && strings.Contains(trace, "inbox of")
+	}, 60*time.Second, 500*time.Millisecond, "the edited copy was handled")
+	assert.Contains(t, trace, "outbox → stackup.ai-to-core/callback.analysis")
+	assert.Contains(t, trace, "inbox of stackup-core-callback.analysis")
+	assert.NotContains(t, trace, "dead-letter queue "+dlq)
+	assert.NotContains(t, trace, "outbox and inbox not searched", "they are read in the configured schema")
+	assert.NotContains(t, trace, "not read", "a DLQ nothing was ever dead-lettered to is empty, not an error")
+	assert.NotContains(t, dlqIDs(), timeout.UUID)
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"regexp"
 	"slices"
 	"strings"
@@ -228,6 +229,18 @@ type Redriven struct {
 	Edited bool `json:"edited,omitempty"`
 	// Discarded is true for a dead letter removed without a copy.
 	Discarded bool `json:"discarded,omitempty"`
+	// Moved, when not zero, is the number of messages the broker moved
+	// itself in one move (broker.MessageMover: SQS's message move task),
+	// which names none of them; ID is then empty.
+	Moved int64 `json:"moved,omitempty"`
+}
+
+// Count is how many dead letters r stands for: Moved, else one.
+func (r Redriven) Count() int64 {
+	if r.Moved > 0 {
+		return r.Moved
+	}
+	return 1
 }
 
 // RedriveDeadLetters moves up to max messages (0 = all) of the dead-letter
@@ -360,6 +373,16 @@ func Redrive(ctx context.Context, sub message.Subscriber, pub message.Publisher,
 		return append(done, more...), err
 	}
 
+	if mover, ok := sub.(broker.MessageMover); ok && wholeQueue(opts) {
+		if to, ok := brokerFilled(ctx, sub, dlq, opts, target); ok {
+			return brokerMove(ctx, mover, dlq, to, opts)
+		}
+	}
+
+	if br, ok := sub.(broker.BatchReceiver); ok && len(opts.IDs) == 0 && opts.Group == "" && len(opts.Edits) == 0 && !opts.Discard {
+		return redriveInBatches(ctx, br, pub, dlq, opts, target)
+	}
+
 	msgs, err := sub.Subscribe(ctx, dlq)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe %s: %w", dlq, err)
@@ -421,6 +444,50 @@ func Redrive(ctx context.Context, sub message.Subscriber, pub message.Publisher,
 	return done, nil
 }
 
+// wholeQueue reports whether opts move every dead letter unchanged: no
+// selection, edit, discard or limit.
+func wholeQueue(opts RedriveOptions) bool {
+	return len(opts.IDs) == 0 && opts.Group == "" && len(opts.Edits) == 0 && !opts.Discard && opts.Max == 0
+}
+
+// brokerFilled reports whether dlq was filled by the broker's own policy —
+// none of the first dead letters a peek shows carries a history (a DLQ
+// eventpipe writes to keeps its record, which the copy must drop, so it is
+// moved message by message) — and where they go: To, else the one source
+// the broker names.
+func brokerFilled(ctx context.Context, sub message.Subscriber, dlq string, opts RedriveOptions, target func(DeadLetterView) (string, error)) (string, bool) {
+	peek, err := PeekDeadLetters(ctx, sub, dlq, 100)
+	if err != nil || len(peek.Letters) == 0 {
+		return "", false
+	}
+	for _, v := range peek.Letters {
+		if v.History != nil {
+			return "", false
+		}
+	}
+	to, err := target(peek.Letters[0])
+	if err != nil {
+		return "", false // the message-by-message redrive says why
+	}
+	return to, true
+}
+
+// brokerMove has the broker move every message of dlq to to.
+func brokerMove(ctx context.Context, mover broker.MessageMover, dlq, to string, opts RedriveOptions) ([]Redriven, error) {
+	start := time.Now()
+	var progress func(int64)
+	if opts.Progress != nil {
+		progress = func(n int64) {
+			opts.Progress(RedriveProgress{Done: int(n), Last: Redriven{To: to, Moved: n}, Elapsed: time.Since(start)})
+		}
+	}
+	n, err := mover.MoveMessages(ctx, dlq, to, int(math.Ceil(opts.Rate)), progress)
+	if n == 0 {
+		return nil, err
+	}
+	return []Redriven{{To: to, Moved: n}}, err
+}
+
 // selected reports whether a dead letter is one opts asks to move.
 func selected(v DeadLetterView, opts RedriveOptions, wanted map[string]bool) bool {
 	if len(opts.IDs) > 0 && !wanted[v.ID] {
@@ -435,21 +502,110 @@ func selected(v DeadLetterView, opts RedriveOptions, wanted map[string]bool) boo
 	return true
 }
 
+// redriveBatch is the most dead letters a batched redrive reads, publishes
+// and acks at once.
+const redriveBatch = 100
+
+// redriveInBatches is Redrive without a selection on a broker that hands out
+// batches: each batch's copies are published together (pipelined with
+// confirms on RabbitMQ, one call per target queue), then the batch is acked
+// at once. A failure gives the whole batch back; copies already confirmed
+// then have a duplicate in the DLQ with the same id, never a loss.
+func redriveInBatches(ctx context.Context, br broker.BatchReceiver, pub message.Publisher, dlq string, opts RedriveOptions, target func(DeadLetterView) (string, error)) ([]Redriven, error) {
+	size := redriveBatch
+	if opts.Max > 0 {
+		size = min(size, opts.Max)
+	}
+	reader, err := br.ReceiveBatches(ctx, dlq, size)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", dlq, err)
+	}
+	defer func() { _ = reader.Close() }()
+	var limiter <-chan time.Time
+	if opts.Rate > 0 {
+		t := time.NewTicker(time.Duration(float64(time.Second) / opts.Rate))
+		defer t.Stop()
+		limiter = t.C
+	}
+	start := time.Now()
+	var done []Redriven
+	for opts.Max == 0 || len(done) < opts.Max {
+		limit := size
+		if opts.Max > 0 {
+			limit = min(limit, opts.Max-len(done))
+		}
+		msgs, err := reader.Next(ctx, limit, opts.Idle)
+		if err != nil || len(msgs) == 0 {
+			return done, err
+		}
+		var (
+			order  []string
+			copies = map[string][]*message.Message{}
+			batch  []Redriven
+		)
+		for _, msg := range msgs {
+			if limiter != nil {
+				select {
+				case <-limiter:
+				case <-ctx.Done():
+					return done, ctx.Err()
+				}
+			}
+			r, again, err := copyOf(ctx, msg, viewOf(msg), opts, target)
+			if err != nil {
+				return done, err
+			}
+			if _, ok := copies[r.To]; !ok {
+				order = append(order, r.To)
+			}
+			copies[r.To] = append(copies[r.To], again)
+			batch = append(batch, r)
+		}
+		for _, to := range order {
+			if err := pub.Publish(to, copies[to]...); err != nil {
+				return done, fmt.Errorf("redrive %d message(s) to %s: %w", len(copies[to]), to, err)
+			}
+		}
+		if err := reader.Ack(); err != nil {
+			return done, fmt.Errorf("the copies are sent, the dead letters stay (duplicates with the same ids): %w", err)
+		}
+		for _, r := range batch {
+			done = append(done, r)
+			if opts.Progress != nil {
+				opts.Progress(RedriveProgress{Done: len(done), Last: r, Elapsed: time.Since(start)})
+			}
+		}
+	}
+	return done, nil
+}
+
 // moveOne publishes the copy of one dead letter (or, discarding, nothing).
 func moveOne(ctx context.Context, pub message.Publisher, msg *message.Message, v DeadLetterView, opts RedriveOptions, target func(DeadLetterView) (string, error)) (Redriven, error) {
 	if opts.Discard {
 		return Redriven{ID: msg.UUID, Discarded: true}, nil
 	}
-	to, err := target(v)
+	r, again, err := copyOf(ctx, msg, v, opts, target)
 	if err != nil {
 		return Redriven{}, err
+	}
+	if err := pub.Publish(r.To, again); err != nil {
+		return Redriven{}, fmt.Errorf("redrive %s to %s: %w", msg.UUID, r.To, err)
+	}
+	return r, nil
+}
+
+// copyOf is the copy of one dead letter a redrive sends, and where.
+func copyOf(ctx context.Context, msg *message.Message, v DeadLetterView, opts RedriveOptions, target func(DeadLetterView) (string, error)) (Redriven, *message.Message, error) {
+	to, err := target(v)
+	if err != nil {
+		return Redriven{}, nil, err
 	}
 	body, edited := opts.Edits[msg.UUID]
 	if !edited {
 		body = msg.Payload
 	} else if opts.Validate != nil {
 		if err := opts.Validate(to, body); err != nil {
-			return Redriven{}, fmt.Errorf("edited body of %s refused by %s's validation, nothing sent: %w", msg.UUID, to, err)
+			return Redriven{}, nil, fmt.Errorf("edited body of %s refused by %s's validation, nothing sent: %w", msg.UUID, to, err)
 		}
 	}
 	again := message.NewMessage(msg.UUID, body)
@@ -471,10 +627,7 @@ func moveOne(ctx context.Context, pub message.Publisher, msg *message.Message, v
 	// so the source queue still drops the second copy.
 	again.Metadata.Set(metadata.DeduplicationIDKey, metadata.DerivedDeduplicationID(msg, reason))
 	again.SetContext(ctx)
-	if err := pub.Publish(to, again); err != nil {
-		return Redriven{}, fmt.Errorf("redrive %s to %s: %w", msg.UUID, to, err)
-	}
-	return Redriven{ID: msg.UUID, To: to, Edited: edited}, nil
+	return Redriven{ID: msg.UUID, To: to, Edited: edited}, again, nil
 }
 
 // passOver moves a dead letter a selective redrive leaves to the back of its

@@ -183,7 +183,9 @@ func TestRedriveNativeFIFODeadLetter(t *testing.T) {
 
 	done, err := app.RedriveDeadLetters(ctx, ps, ps, dlq, "", 0, 2*time.Second)
 	require.NoError(t, err)
-	assert.Equal(t, []app.Redriven{{ID: event.UUID, To: source}}, done)
+	// The whole DLQ, filled by the broker: the broker moves it
+	// (broker.MessageMover; batches eventpipe moves on the emulator).
+	assert.Equal(t, []app.Redriven{{To: source, Moved: 1}}, done)
 
 	var got []types.Message
 	for start := time.Now(); len(got) == 0 && time.Since(start) < 10*time.Second; {

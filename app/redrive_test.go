@@ -4,10 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -15,6 +20,7 @@ import (
 	"github.com/eventpipe/eventpipe/app/broker/brokertest"
 	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/app/testbrokers"
+	"github.com/eventpipe/eventpipe/app/testenv"
 )
 
 // deadLetter is a dead letter of source with reason, as eventpipe records it.
@@ -132,5 +138,133 @@ func TestRedriveGroupDryRunEditAndDiscard(t *testing.T) {
 			assert.True(t, gone[0].Discarded)
 			left(0)
 		})
+	}
+}
+
+// A DLQ that SQS's redrive policy filled (no history of eventpipe's) is
+// moved by the broker (broker.MessageMover; on the emulator, batches
+// eventpipe sends and deletes) to the source the broker names, after a
+// canary moved one on its own, keeping ids and bodies.
+func TestRedriveOfABrokerFilledDLQIsMovedByTheBroker(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ps := testbrokers.New(t, "sqs", "")
+	source := brokertest.Topic(t)
+	dlq := source + "-dlq"
+	var sent []string
+	for i := range 3 {
+		msg := message.NewMessage(fmt.Sprintf("%s-%d", source, i), []byte(fmt.Sprintf(`{"n":%d}`, i)))
+		sent = append(sent, msg.UUID)
+		publish(t, ps, dlq, msg)
+	}
+	publish(t, ps, source)
+	raw := awssqs.New(awssqs.Options{Region: testenv.SQSRegion, BaseEndpoint: aws.String(testenv.SQSEndpoint(t)),
+		Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")})
+	dlqURL, err := raw.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(dlq)})
+	require.NoError(t, err)
+	arn, err := raw.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: dlqURL.QueueUrl, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
+	require.NoError(t, err)
+	srcURL, err := raw.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(source)})
+	require.NoError(t, err)
+	_, err = raw.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: srcURL.QueueUrl, Attributes: map[string]string{
+		"RedrivePolicy": `{"deadLetterTargetArn":"` + arn.Attributes["QueueArn"] + `","maxReceiveCount":3}`}})
+	require.NoError(t, err)
+
+	var progress []app.RedriveProgress
+	done, err := app.Redrive(ctx, ps, ps, dlq, app.RedriveOptions{Canary: true, CanaryWait: time.Second, Idle: 3 * time.Second,
+		Progress: func(p app.RedriveProgress) { progress = append(progress, p) }})
+	require.NoError(t, err)
+	require.Len(t, done, 2, "%+v", done)
+	assert.Contains(t, sent, done[0].ID, "the canary, moved on its own")
+	assert.Equal(t, source, done[0].To)
+	assert.Equal(t, app.Redriven{To: source, Moved: 2}, done[1], "the rest, moved by the broker")
+	require.NotEmpty(t, progress)
+	assert.EqualValues(t, 2, progress[len(progress)-1].Last.Moved)
+
+	subCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	msgs, err := ps.Subscribe(subCtx, source)
+	require.NoError(t, err)
+	var got []string
+	for range 3 {
+		m := brokertest.Next(t, msgs, 30*time.Second)
+		got = append(got, m.UUID)
+		m.Ack()
+	}
+	assert.ElementsMatch(t, sent, got, "ids kept")
+	left, err := app.PeekDeadLetters(ctx, ps, dlq, 10)
+	require.NoError(t, err)
+	assert.Empty(t, left.Letters)
+}
+
+// countingPublisher counts Publish calls and messages.
+type countingPublisher struct {
+	message.Publisher
+	mu          sync.Mutex
+	calls, msgs int
+}
+
+func (c *countingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	c.mu.Lock()
+	c.calls++
+	c.msgs += len(msgs)
+	c.mu.Unlock()
+	return c.Publisher.Publish(topic, msgs...)
+}
+
+// On RabbitMQ a redrive without a selection goes in batches: a batch's
+// copies in one publish (confirms pipelined), then one ack for the batch.
+// --max is kept exactly (what the prefetch holds beyond it stays), and every
+// copy arrives unspent, without its history.
+func TestRedriveInBatchesOnRabbitMQ(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ps := testbrokers.New(t, "rabbitmq", testbrokers.Scope(t, "rabbitmq"))
+	source := brokertest.Topic(t)
+	dlq := source + "-dlq"
+	const n = 250
+	at := time.Now().UTC()
+	var letters []*message.Message
+	for i := range n {
+		letters = append(letters, deadLetter(source, fmt.Sprintf("order %d not found", i), "permanent", at))
+	}
+	publish(t, ps, source)
+	publish(t, ps, dlq, letters...)
+
+	pub := &countingPublisher{Publisher: ps}
+	done, err := app.Redrive(ctx, ps, pub, dlq, app.RedriveOptions{Max: 150, Idle: 3 * time.Second})
+	require.NoError(t, err)
+	assert.Len(t, done, 150)
+	assert.Equal(t, 2, pub.calls, "batches of 100, not a publish per message")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		peek, err := app.PeekDeadLetters(ctx, ps, dlq, 1000)
+		if assert.NoError(c, err) {
+			assert.Len(c, peek.Letters, n-150, "--max kept; the rest of the prefetch given back")
+		}
+	}, 30*time.Second, 200*time.Millisecond)
+
+	var progress int
+	done, err = app.Redrive(ctx, ps, pub, dlq, app.RedriveOptions{Idle: 2 * time.Second, Progress: func(p app.RedriveProgress) { progress = p.Done }})
+	require.NoError(t, err)
+	assert.Len(t, done, n-150)
+	assert.Equal(t, n-150, progress)
+	assert.Equal(t, 3, pub.calls)
+
+	subCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	msgs, err := ps.Subscribe(subCtx, source)
+	require.NoError(t, err)
+	seen := map[string]bool{}
+	for range n {
+		m := brokertest.Next(t, msgs, 30*time.Second)
+		seen[m.UUID] = true
+		assert.Equal(t, "0", m.Metadata.Get(metadata.AttemptKey), "a redriven copy starts afresh")
+		assert.Empty(t, m.Metadata.Get(metadata.DeadLetterKey))
+		m.Ack()
+	}
+	for _, l := range letters {
+		assert.True(t, seen[l.UUID], "%s arrived", l.UUID)
 	}
 }

@@ -32,6 +32,7 @@ func pairs(tb testing.TB, m mode, wanted func(id string) bool) []pair {
 		{[]string{"SQS", "R7"}, func() []pair { return sqsPairs(tb, m, sq()) }},
 		{[]string{"R5", "R6"}, func() []pair { return outboxPairs(tb, m, rabbit(), sq()) }},
 		{[]string{"SC"}, func() []pair { return scalePairs(tb, m, rabbit(), pg(), sq()) }},
+		{[]string{"RD"}, func() []pair { return []pair{redrivePair(tb, m, rabbit())} }},
 	} {
 		if slices.ContainsFunc(g.ids, wanted) {
 			out = append(out, g.build()...)
@@ -53,7 +54,7 @@ func once(build func() *env) func() *env {
 }
 
 // wantedIDs reads EVENTPIPE_BENCH_IDS, a comma-separated list of row ids
-// (R1, R2, R3, PG, MEM, SQS, R7, R5, R6, SC); unset or empty wants every id.
+// (R1, R2, R3, PG, MEM, SQS, R7, R5, R6, SC, RD); unset or empty wants every id.
 func wantedIDs() func(id string) bool {
 	list := os.Getenv("EVENTPIPE_BENCH_IDS")
 	if strings.TrimSpace(list) == "" {

@@ -134,6 +134,42 @@ type DeadLetterSourcer interface {
 	DeadLetterSources(ctx context.Context, dlq string) ([]string, error)
 }
 
+// MessageMover is implemented by adapters whose broker can move a
+// dead-letter queue's messages to another queue itself, unchanged (SQS's
+// StartMessageMoveTask). A redrive of a whole DLQ that a broker-side policy
+// filled (its messages carry no history of eventpipe's) uses it.
+type MessageMover interface {
+	// MoveMessages moves every message of dlq to to, at most perSecond a
+	// second (0 = the broker's pace), and returns how many it moved once
+	// the move has ended. progress, when set, is called with the count so
+	// far while the move runs.
+	MoveMessages(ctx context.Context, dlq, to string, perSecond int, progress func(moved int64)) (int64, error)
+}
+
+// BatchReceiver is implemented by adapters that can hand out a queue's
+// messages several at a time and settle them together (RabbitMQ: a consumer
+// with a prefetch of the batch, and one `multiple` ack). A redrive of a
+// whole DLQ uses it: a batch's copies are published pipelined, then the
+// batch is acked at once.
+type BatchReceiver interface {
+	// ReceiveBatches starts reading queue in batches of up to size.
+	ReceiveBatches(ctx context.Context, queue string, size int) (BatchReader, error)
+}
+
+// BatchReader reads one queue in batches; Close gives back what was read
+// and not acked.
+type BatchReader interface {
+	// Next returns up to max messages (at most the batch size), waiting up
+	// to wait for the first; none when wait passes without one. It returns
+	// no message twice while the reader is open.
+	Next(ctx context.Context, max int, wait time.Duration) ([]*message.Message, error)
+	// Ack removes every message Next returned so far, and only those.
+	Ack() error
+	// Close gives back every message Next returned and Ack did not remove,
+	// and ends the reader.
+	Close() error
+}
+
 // ErrQueueNotFound is wrapped by QueueStats for a queue the broker does not
 // have. Callers branch on it with errors.Is.
 var ErrQueueNotFound = errors.New("queue not found")

@@ -634,7 +634,7 @@ type deadLetter struct {
 func (r *flowRun) peekDLQ(ctx context.Context, queue string, max int, extra ...string) ([]deadLetter, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, r.bin, "dlq", "peek", "--queue", queue, "--max", fmt.Sprint(max), "--wait", "3s")
+	cmd := exec.CommandContext(ctx, r.bin, "dlq", "peek", "--queue", queue, "--max", fmt.Sprint(max))
 	cmd.Env = r.directEnv(extra...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -642,16 +642,30 @@ func (r *flowRun) peekDLQ(ctx context.Context, queue string, max int, extra ...s
 	if err != nil {
 		return nil, fmt.Errorf("eventpipe dlq peek --queue %s: %w: %s", queue, err, truncate(stderr.String(), 600))
 	}
+	return parsePeek(out)
+}
+
+// parsePeek reads the JSON lines of `eventpipe dlq peek`: one per dead
+// letter, then a {"groups": …} line that is none.
+func parsePeek(out []byte) ([]deadLetter, error) {
 	var dls []deadLetter
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		if line == "" {
 			continue
 		}
-		var d deadLetter
+		var d struct {
+			deadLetter
+			// Groups marks peek's last line, the count by group: not a
+			// dead letter (read as one, it was an "other" without an id).
+			Groups json.RawMessage `json:"groups"`
+		}
 		if err := json.Unmarshal([]byte(line), &d); err != nil {
 			return dls, fmt.Errorf("dlq peek line %q: %w", truncate(line, 200), err)
 		}
-		dls = append(dls, d)
+		if d.Groups != nil {
+			continue
+		}
+		dls = append(dls, d.deadLetter)
 	}
 	return dls, nil
 }

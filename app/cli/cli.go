@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/eventpipe/eventpipe/app"
 	"github.com/eventpipe/eventpipe/app/spec"
@@ -85,6 +86,7 @@ EVENTPIPE_* environment variables; switch brokers with EVENTPIPE_BROKER.`,
 			return e.withDB(ctx, &schema, func(ctx context.Context, pool *pgxpool.Pool) error { return f(ctx, pool, schema) })
 		},
 	})...)
+	deprecationsToStderr(root, stderr)
 
 	err := root.ExecuteContext(ctx)
 	if err == nil {
@@ -106,6 +108,48 @@ EVENTPIPE_* environment variables; switch brokers with EVENTPIPE_BROKER.`,
 		return ExitUsage
 	}
 	return ExitFailure
+}
+
+// deprecationsToStderr moves every deprecated flag's notice under root to
+// stderr. cobra prints it with Command.Print, on OutOrStderr — stdout once
+// Out is set — in front of a command's output, which breaks every consumer
+// of JSON lines (dlq peek, topology list). Each such flag is hidden instead,
+// and a command given one says so on stderr before it runs.
+func deprecationsToStderr(root *cobra.Command, stderr io.Writer) {
+	var walk func(*cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+		var notices []*pflag.Flag
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			if f.Deprecated != "" {
+				notices = append(notices, f)
+			}
+		})
+		if len(notices) == 0 || (c.RunE == nil && c.Run == nil) {
+			return
+		}
+		messages := map[string]string{}
+		for _, f := range notices {
+			messages[f.Name], f.Deprecated, f.Hidden = f.Deprecated, "", true
+		}
+		run, runE := c.Run, c.RunE
+		c.Run = nil
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			for _, f := range notices {
+				if f.Changed {
+					_, _ = fmt.Fprintf(stderr, "eventpipe: warning: flag --%s has been deprecated, %s\n", f.Name, messages[f.Name])
+				}
+			}
+			if runE != nil {
+				return runE(cmd, args)
+			}
+			run(cmd, args)
+			return nil
+		}
+	}
+	walk(root)
 }
 
 // load reads the configuration; any problem is a usage error (exit 2). An

@@ -93,7 +93,13 @@ prints them); the others are passed over once, each moved unchanged to the
 back of the DLQ. --dry-run prints what would move where and changes nothing.
 --canary moves one first and watches the DLQ for --canary-wait: when it comes
 back the rest stay. --rate caps messages per second. Progress goes to stderr
-as a bar on a terminal, else as JSON lines (--progress forces one).`,
+as a bar on a terminal, else as JSON lines (--progress forces one).
+
+Without --group or --id it goes in batches where the broker allows: on
+RabbitMQ 100 copies published with pipelined confirms, then one ack for the
+batch; a whole SQS DLQ that a redrive policy filled is moved by SQS itself (a
+message move task; where the API lacks it, batches of ten received, sent and
+deleted), reported as a count (decision 0029).`,
 		Example: `  eventpipe dlq redrive --queue report-generate-dlq
   eventpipe dlq redrive --queue dlq.ai.analyze.resume --to ai.analyze.resume --max 10
   eventpipe dlq redrive --queue domain-events-dlq --group 3f2a9c01d4e5 --canary --rate 50 --dry-run`,
@@ -120,8 +126,14 @@ as a bar on a terminal, else as JSON lines (--progress forces one).`,
 				if dryRun {
 					verb = "would redrive"
 				}
+				var n int64
 				for _, r := range done {
-					if _, werr := fmt.Fprintf(out, "%s %s to %s\n", verb, r.ID, r.To); werr != nil {
+					n += r.Count()
+					line := fmt.Sprintf("%s %s to %s\n", verb, r.ID, r.To)
+					if r.Moved > 0 {
+						line = fmt.Sprintf("the broker moved %d message(s) to %s (SQS message move task)\n", r.Moved, r.To)
+					}
+					if _, werr := io.WriteString(out, line); werr != nil {
 						return werr
 					}
 				}
@@ -129,7 +141,7 @@ as a bar on a terminal, else as JSON lines (--progress forces one).`,
 				if dryRun {
 					summary = "%d message(s) would be redriven from %s (dry run: nothing changed)\n"
 				}
-				if _, werr := fmt.Fprintf(out, summary, len(done), b.queue); werr != nil {
+				if _, werr := fmt.Fprintf(out, summary, n, b.queue); werr != nil {
 					return werr
 				}
 				return err

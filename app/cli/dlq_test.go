@@ -105,3 +105,32 @@ func TestDLQPeekGroupDryRunAndProgress(t *testing.T) {
 	assert.EqualValues(t, 2, last.Total)
 	assert.Contains(t, ids, last.ID)
 }
+
+// A script's old `dlq peek --wait 3s` still works, and stdout holds nothing
+// but JSON lines: the deprecation notice goes to stderr (cobra prints it on
+// stdout once Out is set, and the chaos harness choked on it).
+func TestDLQPeekDeprecatedWaitKeepsStdoutJSON(t *testing.T) {
+	t.Parallel()
+	const dlq = "booking-session-events-dlq.fifo"
+	kind := config.KindPostgres
+	scope := testbrokers.Scope(t, kind)
+	environ := []string{"EVENTPIPE_BROKER=" + kind, "EVENTPIPE_BOOKING_ENABLED=true", "EVENTPIPE_ADMIN_ADDR=",
+		"EVENTPIPE_POSTGRES_DSN=" + testenv.PostgresDSN(t), "EVENTPIPE_POSTGRES_SCHEMA=" + scope}
+	ps := testbrokers.New(t, kind, scope)
+	msg := message.NewMessage(watermill.NewUUID(), []byte(`{}`))
+	msg.Metadata.Set(metadata.GroupIDKey, "session-1")
+	require.NoError(t, ps.Publish(dlq, msg))
+
+	r := run(t, environ, "dlq", "peek", "--queue", dlq, "--wait", "3s")
+	require.Equal(t, cli.ExitOK, r.code, r.stderr)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Len(t, lines, 2, r.stdout)
+	for _, line := range lines {
+		assert.True(t, json.Valid([]byte(line)), "not JSON on stdout: %q", line)
+	}
+	assert.Contains(t, lines[0], msg.UUID)
+	assert.Contains(t, r.stderr, "--wait has been deprecated")
+
+	help := run(t, environ, "dlq", "peek", "--help")
+	assert.NotContains(t, help.stdout, "--wait", "a deprecated flag is hidden")
+}

@@ -7,7 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
+	"strconv"
+	"strings"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -24,6 +28,22 @@ const (
 	peekEffectsQuorum = "RabbitMQ has no read-only read: each message read was requeued in place by the management API (order, body and headers kept) " +
 		"with its redelivered flag set and its x-delivery-count raised by one; eventpipe's redrive resets the count of the copy it sends, but RabbitMQ 4 drops (or dead-letters) " +
 		"a quorum queue's message past the queue's delivery limit (20 by default), peeks included"
+	peekEffectsSingleActive = "RabbitMQ has no read-only read, and its management API cannot get from a quorum queue with a single active consumer: " +
+		"each message read was delivered to a short-lived consumer and returned unacknowledged when its channel closed (order, body and headers kept), " +
+		"with its redelivered flag set and its x-delivery-count raised by one; eventpipe's redrive resets the count of the copy it sends, but RabbitMQ 4 drops (or dead-letters) " +
+		"a quorum queue's message past the queue's delivery limit (20 by default), peeks included"
+)
+
+// Waits of the consumer peek (peekByConsumer): for the first delivery of a
+// queue that has messages, then between deliveries. A single active
+// consumer queue hands nothing to a second consumer while another is
+// active; the peek then ends empty-handed after peekFirstWait.
+const (
+	peekFirstWait = 3 * time.Second
+	peekNextWait  = time.Second
+	// peekWholeQueue is the most messages a consumer peek reads to keep
+	// a quorum queue's order.
+	peekWholeQueue = 1000
 )
 
 // Peek reads up to max messages of queue from its head through the
@@ -39,18 +59,31 @@ const (
 // attempt number as the queue counted it). Peeked.Effects says what changed.
 // It needs Config.ManagementURL; a queue that does not exist is an error
 // wrapping broker.ErrQueueNotFound.
+//
+// A quorum queue declared with x-single-active-consumer (a FIFO queue's,
+// its DLQ's too) refuses the management get (405 RESOURCE_LOCKED: basic.get
+// is not supported there): it is read by a short-lived consumer instead
+// (peekByConsumer), which changes the same things.
 func (p *PubSub) Peek(ctx context.Context, queue string, max int) (broker.Peeked, error) {
-	typ, depth, err := p.peekQueue(ctx, queue)
+	q, err := p.peekQueue(ctx, queue)
 	if err != nil {
 		return broker.Peeked{}, err
 	}
+	typ, depth := q.typ, q.depth
 	out := broker.Peeked{}
 	if max <= 0 || depth == 0 {
 		out.Complete = depth == 0
 		return out, nil
 	}
+	if typ == QueueQuorum && q.singleActive {
+		return p.peekByConsumer(ctx, queue, max)
+	}
 	req, _ := json.Marshal(map[string]any{"count": max, "ackmode": "ack_requeue_true", "encoding": "auto"})
 	body, err := p.management(ctx, http.MethodPost, "/api/queues/%s/%s/get", queue, req)
+	if err != nil && strings.Contains(err.Error(), "RESOURCE_LOCKED") {
+		// Declared with single-active-consumer after peekQueue looked.
+		return p.peekByConsumer(ctx, queue, max)
+	}
 	if errors.Is(err, errManagementNotFound) {
 		return broker.Peeked{}, fmt.Errorf("rabbitmq: peek %s: %w", queue, broker.ErrQueueNotFound)
 	}
@@ -84,43 +117,138 @@ func (p *PubSub) Peek(ctx context.Context, queue string, max int) (broker.Peeked
 	return out, nil
 }
 
-// peekQueue returns the queue's type and depth from the management API.
-func (p *PubSub) peekQueue(ctx context.Context, queue string) (QueueType, int64, error) {
-	body, err := p.management(ctx, http.MethodGet, "/api/queues/%s/%s?columns=type,messages", queue, nil)
+// peekedQueue is what a peek needs to know of a queue first.
+type peekedQueue struct {
+	typ QueueType
+	// depth is the queue's message count; -1 when not counted yet.
+	depth int64
+	// singleActive is true for a queue declared with
+	// x-single-active-consumer.
+	singleActive bool
+}
+
+// peekQueue returns the queue's type, depth and single-active-consumer
+// argument from the management API.
+func (p *PubSub) peekQueue(ctx context.Context, queue string) (peekedQueue, error) {
+	body, err := p.management(ctx, http.MethodGet, "/api/queues/%s/%s?columns=type,messages,arguments", queue, nil)
 	if errors.Is(err, errManagementNotFound) {
 		// The management API can lag behind a new queue: the broker decides.
 		if _, _, derr := p.readyMessages(queue); derr != nil {
-			return "", 0, derr
+			return peekedQueue{}, derr
 		}
-		return QueueClassic, 0, nil
+		return peekedQueue{typ: QueueClassic}, nil
 	}
 	if err != nil {
-		return "", 0, fmt.Errorf("rabbitmq: peek %s (the management API is how RabbitMQ shows a message without taking it): %w", queue, err)
+		return peekedQueue{}, fmt.Errorf("rabbitmq: peek %s (the management API is how RabbitMQ shows a message without taking it): %w", queue, err)
 	}
 	var q struct {
-		Type     string `json:"type"`
-		Messages *int64 `json:"messages"`
+		Type      string         `json:"type"`
+		Messages  *int64         `json:"messages"`
+		Arguments map[string]any `json:"arguments"`
 	}
 	if err := json.Unmarshal(body, &q); err != nil {
-		return "", 0, fmt.Errorf("rabbitmq: peek %s: %w", queue, err)
+		return peekedQueue{}, fmt.Errorf("rabbitmq: peek %s: %w", queue, err)
 	}
-	typ := QueueClassic
+	out := peekedQueue{typ: QueueClassic, depth: -1} // -1: not counted yet, get what is there
 	if q.Type == "quorum" {
-		typ = QueueQuorum
+		out.typ = QueueQuorum
 	}
-	depth := int64(-1) // not counted yet: get what is there
+	out.singleActive, _ = q.Arguments["x-single-active-consumer"].(bool)
 	if q.Messages != nil {
-		depth = *q.Messages
+		out.depth = *q.Messages
 	}
-	if depth == 0 {
-		// Statistics lag by a few seconds: the passive declare is exact.
+	if out.depth <= 0 || out.singleActive {
+		// Statistics lag by a few seconds: the passive declare is exact
+		// (and the consumer peek stops on it).
 		ready, _, err := p.readyMessages(queue)
 		if err != nil {
-			return "", 0, err
+			return peekedQueue{}, err
 		}
-		depth = ready
+		out.depth = ready
 	}
-	return typ, depth, nil
+	return out, nil
+}
+
+// peekByConsumer reads up to max messages of a quorum queue through a
+// consumer of its own on a channel of its own (manual acks, prefetch max),
+// then closes the channel without acking: RabbitMQ returns every message
+// to the queue in its place, flagged redelivered, with x-delivery-count+1
+// (as the management get does). It is the peek of a single active consumer
+// queue, where basic.get is refused; while another consumer is the active
+// one this consumer receives nothing, and the peek says so.
+func (p *PubSub) peekByConsumer(ctx context.Context, queue string, limit int) (broker.Peeked, error) {
+	ready, _, err := p.readyMessages(queue)
+	if err != nil {
+		return broker.Peeked{}, err
+	}
+	out := broker.Peeked{Effects: peekEffectsSingleActive}
+	if ready == 0 {
+		out.Complete = true
+		return out, nil
+	}
+	// A quorum queue gives returned messages back behind the ones it
+	// returned before: a peek reading only the head of messages an earlier
+	// peek returned would move that head behind the rest. It reads the whole
+	// queue (up to peekWholeQueue messages) and shows the first max.
+	want := int(min(max(int64(limit), min(ready, peekWholeQueue)), ready))
+	p.mu.RLock()
+	if p.closed {
+		p.mu.RUnlock()
+		return broker.Peeked{}, fmt.Errorf("rabbitmq: peek %s: %w", queue, ErrClosed)
+	}
+	ch, err := p.subConn.channel()
+	p.mu.RUnlock()
+	if err != nil {
+		return broker.Peeked{}, fmt.Errorf("rabbitmq: peek %s: %w", queue, err)
+	}
+	// Closing the channel unacked is what gives the messages back. A
+	// quorum queue applies the return through its log after the close is
+	// confirmed: the peek ends when they are back (a command run right
+	// after must find them in their place).
+	defer func() {
+		_ = ch.Close()
+		p.awaitReturned(ctx, queue, ready)
+	}()
+	if err := ch.Qos(min(want, math.MaxUint16), 0, false); err != nil {
+		return broker.Peeked{}, fmt.Errorf("rabbitmq: peek %s: qos: %w", queue, err)
+	}
+	deliveries, err := ch.ConsumeWithContext(ctx, queue, "", false, false, false, false, nil)
+	if err != nil {
+		return broker.Peeked{}, fmt.Errorf("rabbitmq: peek %s: consume: %w", queue, err)
+	}
+	wait := time.NewTimer(peekFirstWait)
+	defer wait.Stop()
+	for len(out.Messages) < want {
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				return broker.Peeked{}, fmt.Errorf("rabbitmq: peek %s: the channel closed while reading", queue)
+			}
+			msg, err := p.marshaler.Unmarshal(d)
+			if err != nil {
+				return broker.Peeked{}, fmt.Errorf("rabbitmq: peek %s: %w", queue, err)
+			}
+			setAttempt(msg, d, QueueQuorum)
+			out.Messages = append(out.Messages, msg)
+			wait.Reset(peekNextWait)
+		case <-wait.C:
+			if len(out.Messages) == 0 {
+				out.Effects = "another consumer is the queue's single active one: RabbitMQ hands a second consumer nothing, so this peek saw none of its " +
+					strconv.FormatInt(ready, 10) + " message(s)"
+			}
+			if len(out.Messages) > limit {
+				out.Messages = out.Messages[:limit]
+			}
+			return out, nil
+		case <-ctx.Done():
+			return broker.Peeked{}, ctx.Err()
+		}
+	}
+	out.Complete = int64(len(out.Messages)) == ready && len(out.Messages) <= limit
+	if len(out.Messages) > limit {
+		out.Messages = out.Messages[:limit]
+	}
+	return out, nil
 }
 
 // managementMessage is one message of a management API get.
@@ -191,4 +319,16 @@ func amqpValue(v any) any {
 		return out
 	}
 	return v
+}
+
+// awaitReturned waits, up to peekNextWait, until queue holds at least ready
+// messages again.
+func (p *PubSub) awaitReturned(ctx context.Context, queue string, ready int64) {
+	deadline := time.Now().Add(peekNextWait)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if n, _, err := p.readyMessages(queue); err != nil || n >= ready {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
