@@ -1,16 +1,12 @@
 package disputes
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
 	"net/http"
-	"strconv"
 	"time"
 
-	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/jsonhttp"
 )
 
 // HTTPReverser asks the payment system to reverse a dispute's debit over
@@ -55,60 +51,24 @@ func (h *HTTPReverser) Reverse(ctx context.Context, req ReversalRequest) (Revers
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	body, err := json.Marshal(struct {
-		DisputeID string `json:"dispute_id"`
-		TxnID     string `json:"txn_id"`
-	}{req.DisputeID, req.TxnID})
+	ans, err := jsonhttp.Post(ctx, jsonhttp.Call{
+		Client: h.Client, URL: h.URL, Token: h.Token, MaxResponse: maxReversalResponse,
+		Header: http.Header{IdempotencyKeyHeader: {req.IdempotencyKey}},
+		What:   "reverse dispute " + req.DisputeID,
+		Body: struct {
+			DisputeID string `json:"dispute_id"`
+			TxnID     string `json:"txn_id"`
+		}{req.DisputeID, req.TxnID},
+		Retryable: func(code int) bool {
+			return code == http.StatusConflict || code == http.StatusTooEarly || jsonhttp.Retryable408429And5xx(code)
+		},
+	})
 	if err != nil {
-		return ReversalResult{}, failure.AsPermanent(err)
-	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, h.URL, bytes.NewReader(body))
-	if err != nil {
-		return ReversalResult{}, failure.AsPermanent(fmt.Errorf("reverse dispute %s: %w", req.DisputeID, err))
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "application/json")
-	hreq.Header.Set(IdempotencyKeyHeader, req.IdempotencyKey)
-	if h.Token != "" {
-		hreq.Header.Set("Authorization", "Bearer "+h.Token)
-	}
-	client := h.Client
-	if client == nil {
-		client = http.DefaultClient
-	}
-	resp, err := client.Do(hreq)
-	if err != nil {
-		return ReversalResult{}, fmt.Errorf("reverse dispute %s: %w", req.DisputeID, err) // transient
-	}
-	defer func() { _ = resp.Body.Close() }()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxReversalResponse))
-	if err != nil {
-		return ReversalResult{}, fmt.Errorf("reverse dispute %s: read the response: %w", req.DisputeID, err)
-	}
-	switch code := resp.StatusCode; {
-	case code == http.StatusOK || code == http.StatusCreated || code == http.StatusAccepted:
-		var out struct {
-			ReversalID string `json:"reversal_id"`
-		}
-		_ = json.Unmarshal(data, &out)
-		return ReversalResult{Reference: out.ReversalID}, nil
-	case code == http.StatusRequestTimeout || code == http.StatusConflict || code == http.StatusTooEarly ||
-		code == http.StatusTooManyRequests || code >= 500:
-		err := fmt.Errorf("reverse dispute %s: %s: %s", req.DisputeID, resp.Status, snippet(data))
-		if s, perr := strconv.Atoi(resp.Header.Get("Retry-After")); perr == nil && s > 0 {
-			return ReversalResult{}, failure.AsTransient(err, time.Duration(s)*time.Second)
-		}
 		return ReversalResult{}, err
-	default:
-		return ReversalResult{}, failure.Permanentf("reverse dispute %s: %s: %s", req.DisputeID, resp.Status, snippet(data))
 	}
-}
-
-// snippet is the start of a response body, for an error message.
-func snippet(b []byte) string {
-	const n = 200
-	if len(b) > n {
-		return string(b[:n]) + "…"
+	var out struct {
+		ReversalID string `json:"reversal_id"`
 	}
-	return string(b)
+	_ = json.Unmarshal(ans.Body, &out)
+	return ReversalResult{Reference: out.ReversalID}, nil
 }

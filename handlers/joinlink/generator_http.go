@@ -1,17 +1,15 @@
 package joinlink
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/jsonhttp"
 )
 
 // HTTPGenerator calls the online-session subsystem's bulkRegister (iface-05,
@@ -55,66 +53,28 @@ func (g *HTTPGenerator) BulkRegister(ctx context.Context, req BulkRequest, actor
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	body, err := json.Marshal(struct {
-		SessionID   int64  `json:"sessionId"`
-		Role        string `json:"role,omitempty"`
-		BatchSize   int    `json:"batchSize,omitempty"`
-		ActorUserID int64  `json:"actorUserId,omitempty"`
-	}{req.SessionID, req.Role, req.BatchSize, actorUserID})
+	ans, err := jsonhttp.Post(ctx, jsonhttp.Call{
+		Client: g.Client, URL: g.URL, Token: g.Token, MaxResponse: maxBulkResponse,
+		What: fmt.Sprintf("bulkRegister session %d", req.SessionID),
+		Body: struct {
+			SessionID   int64  `json:"sessionId"`
+			Role        string `json:"role,omitempty"`
+			BatchSize   int    `json:"batchSize,omitempty"`
+			ActorUserID int64  `json:"actorUserId,omitempty"`
+		}{req.SessionID, req.Role, req.BatchSize, actorUserID},
+	})
 	if err != nil {
-		return BulkResult{}, failure.AsPermanent(err)
-	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, g.URL, bytes.NewReader(body))
-	if err != nil {
-		return BulkResult{}, failure.AsPermanent(fmt.Errorf("bulkRegister: %w", err))
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "application/json")
-	if g.Token != "" {
-		hreq.Header.Set("Authorization", "Bearer "+g.Token)
-	}
-	client := g.Client
-	if client == nil {
-		client = http.DefaultClient
-	}
-	resp, err := client.Do(hreq)
-	if err != nil {
-		return BulkResult{}, fmt.Errorf("bulkRegister session %d: %w", req.SessionID, err) // transient
-	}
-	defer func() { _ = resp.Body.Close() }()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBulkResponse))
-	if err != nil {
-		return BulkResult{}, fmt.Errorf("bulkRegister session %d: read the response: %w", req.SessionID, err)
-	}
-	switch code := resp.StatusCode; {
-	case code == http.StatusOK || code == http.StatusCreated || code == http.StatusAccepted:
-	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
-		err := fmt.Errorf("bulkRegister session %d: %s: %s", req.SessionID, resp.Status, snippet(data))
-		if s, perr := strconv.Atoi(resp.Header.Get("Retry-After")); perr == nil && s > 0 {
-			return BulkResult{}, failure.AsTransient(err, time.Duration(s)*time.Second)
-		}
 		return BulkResult{}, err
-	default:
-		return BulkResult{}, failure.Permanentf("bulkRegister session %d: %s: %s", req.SessionID, resp.Status, snippet(data))
 	}
 	var out struct {
 		JobID *string `json:"jobId"`
 		Total *int    `json:"total"`
 	}
-	if err := json.Unmarshal(data, &out); err != nil || out.JobID == nil || out.Total == nil {
+	if err := json.Unmarshal(ans.Body, &out); err != nil || out.JobID == nil || out.Total == nil {
 		if err == nil {
 			err = errors.New(`want {"jobId": string, "total": number}`)
 		}
-		return BulkResult{}, failure.Permanentf("bulkRegister session %d: %s with a body that is not its result (%v): %s", req.SessionID, resp.Status, err, snippet(data))
+		return BulkResult{}, failure.Permanentf("bulkRegister session %d: %s with a body that is not its result (%v): %s", req.SessionID, ans.Status, err, jsonhttp.Snippet(ans.Body))
 	}
 	return BulkResult{JobID: *out.JobID, Total: *out.Total}, nil
-}
-
-// snippet is the start of a response body, for an error message.
-func snippet(b []byte) string {
-	const n = 200
-	if len(b) > n {
-		return string(b[:n]) + "…"
-	}
-	return string(b)
 }
