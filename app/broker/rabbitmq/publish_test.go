@@ -115,7 +115,7 @@ func TestRedeclareAfterReconnect(t *testing.T) {
 		pubs = append(pubs, publisher{tc.topic, tc.queue, ps, logger})
 	}
 
-	closeConnectionsViaAPI(t, amqpURL, vhost)
+	closeConnectionsViaAPI(t, amqpURL, vhost, 2*len(pubs)) // a publish and a subscribe connection each
 
 	for _, p := range pubs {
 		require.Eventually(t, func() bool {
