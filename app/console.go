@@ -279,18 +279,29 @@ func (c console) dlqOf(r *http.Request) (string, error) {
 	return "", fmt.Errorf("%q is not a dead-letter queue of the enabled specs", q)
 }
 
-func (c console) dlqPage(w http.ResponseWriter, r *http.Request, principal string) {
+// peekOf reads the dead letters of the page's queue for dlqPage and
+// messagePage; false when it answered the request itself (console off, not
+// a dead-letter queue, the broker refused the peek).
+func (c console) peekOf(w http.ResponseWriter, r *http.Request, principal string) (string, DeadLetterPeek, bool) {
 	if c.unavailable(w, principal) {
-		return
+		return "", DeadLetterPeek{}, false
 	}
 	dlq, err := c.dlqOf(r)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusNotFound)
-		return
+		return "", DeadLetterPeek{}, false
 	}
 	peek, err := PeekDeadLetters(r.Context(), c.s.broker, dlq, consolePeekMax)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
+		return "", DeadLetterPeek{}, false
+	}
+	return dlq, peek, true
+}
+
+func (c console) dlqPage(w http.ResponseWriter, r *http.Request, principal string) {
+	dlq, peek, ok := c.peekOf(w, r, principal)
+	if !ok {
 		return
 	}
 	c.render(w, http.StatusOK, "dlq", c.page(dlq, principal), map[string]any{
@@ -299,20 +310,11 @@ func (c console) dlqPage(w http.ResponseWriter, r *http.Request, principal strin
 }
 
 func (c console) messagePage(w http.ResponseWriter, r *http.Request, principal string) {
-	if c.unavailable(w, principal) {
-		return
-	}
-	dlq, err := c.dlqOf(r)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusNotFound)
+	dlq, peek, ok := c.peekOf(w, r, principal)
+	if !ok {
 		return
 	}
 	id := r.FormValue("id")
-	peek, err := PeekDeadLetters(r.Context(), c.s.broker, dlq, consolePeekMax)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
-	}
 	i := slices.IndexFunc(peek.Letters, func(v DeadLetterView) bool { return v.ID == id })
 	if i < 0 {
 		http.Error(w, fmt.Sprintf("no dead letter %q among the first %d of %s", id, consolePeekMax, dlq), http.StatusNotFound)
