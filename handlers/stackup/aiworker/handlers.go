@@ -29,9 +29,6 @@ func v1Handlers(p Processors) map[string]map[string]VersionHandler {
 		}
 	}
 	analysisOK := func(targetType string, id int64, a Analysis) catalog.Payload {
-		if a.TechStack == nil {
-			a.TechStack = []string{} // an array, never null (§5.4)
-		}
 		return &catalog.AnalysisCallbackV1{TargetType: targetType, TargetID: id, Status: catalog.StatusAnalyzed,
 			Summary: a.Summary, TechStack: a.TechStack, DocumentPath: a.DocumentPath, EmbeddingChunkCount: a.EmbeddingChunkCount}
 	}

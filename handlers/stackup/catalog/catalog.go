@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -312,7 +313,7 @@ func (c Catalog) Encode(ctx context.Context, o Outgoing) (*message.Message, stri
 	if o.TraceID == "" {
 		o.TraceID = newTraceID()
 	}
-	payload, err := json.Marshal(o.Payload)
+	payload, err := json.Marshal(arraysNotNull(o.Payload))
 	if err != nil {
 		return nil, "", fmt.Errorf("encode %s payload: %w", o.Type, err)
 	}
@@ -425,4 +426,82 @@ func (p problems) err() error {
 		return nil
 	}
 	return errors.New(strings.Join(p, "; "))
+}
+
+// arraysNotNull returns p, or a copy of it whose nil slices — in the
+// payload and in the structs it holds — are empty: the contract's arrays are
+// arrays, [] when empty, never null (the strict schema of our publishers
+// refuses null), and a Go caller leaving a list unset means an empty one. A
+// field tagged omitempty is left out either way.
+func arraysNotNull(p any) any {
+	v := reflect.ValueOf(p)
+	if !v.IsValid() {
+		return p
+	}
+	if out, changed := withArrays(v); changed {
+		return out.Interface()
+	}
+	return p
+}
+
+// withArrays is arraysNotNull on v: a changed copy and true, or v and false.
+func withArrays(v reflect.Value) (reflect.Value, bool) {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if v.IsNil() {
+			return v, false
+		}
+		elem, changed := withArrays(v.Elem())
+		if !changed {
+			return v, false
+		}
+		cp := reflect.New(elem.Type())
+		cp.Elem().Set(elem)
+		return cp, true
+	case reflect.Struct:
+		var cp reflect.Value
+		for i := range v.NumField() {
+			if !v.Type().Field(i).IsExported() {
+				continue
+			}
+			f := v.Field(i)
+			var nf reflect.Value
+			switch {
+			case f.Kind() == reflect.Slice && f.IsNil():
+				nf = reflect.MakeSlice(f.Type(), 0, 0)
+			default:
+				var changed bool
+				if nf, changed = withArrays(f); !changed {
+					continue
+				}
+			}
+			if !cp.IsValid() {
+				cp = reflect.New(v.Type()).Elem()
+				cp.Set(v)
+			}
+			cp.Field(i).Set(nf)
+		}
+		if !cp.IsValid() {
+			return v, false
+		}
+		return cp, true
+	case reflect.Slice:
+		var cp reflect.Value
+		for i := range v.Len() {
+			e, changed := withArrays(v.Index(i))
+			if !changed {
+				continue
+			}
+			if !cp.IsValid() {
+				cp = reflect.MakeSlice(v.Type(), v.Len(), v.Len())
+				reflect.Copy(cp, v)
+			}
+			cp.Index(i).Set(e)
+		}
+		if !cp.IsValid() {
+			return v, false
+		}
+		return cp, true
+	}
+	return v, false
 }

@@ -172,6 +172,20 @@ func TestEncode(t *testing.T) {
 
 	_, _, err = c.Encode(context.Background(), catalog.Outgoing{Type: catalog.AnalyzeResume, Publisher: envelope.PublisherCore, Payload: &catalog.AnalyzeResumeV1{}})
 	require.ErrorContains(t, err, "refused")
+
+	// Lists left nil go out as [], nested ones too; the caller's value is
+	// not changed.
+	req := &catalog.GenerateQuestionsV1{SessionID: 9, Mode: "TECHNICAL", InitialQuestionCount: 2, MaxQuestions: 10,
+		Documents: []catalog.SourceDocument{{DocumentID: 1, SourceType: "RESUME", Summary: "s", Markdown: "m"}}}
+	msg, _, err = c.Encode(context.Background(), catalog.Outgoing{Type: catalog.GenerateQuestions, Publisher: envelope.PublisherCore, Payload: req})
+	require.NoError(t, err)
+	env, err = envelope.DecodeStrict(msg.Payload)
+	require.NoError(t, err)
+	assert.NotContains(t, string(env.Payload), `"recentQuestions":null`)
+	assert.Contains(t, string(env.Payload), `"techStack":[]`)
+	assert.Contains(t, string(env.Payload), `"jobCategories":[]`)
+	assert.Nil(t, req.JobCategories)
+	assert.Nil(t, req.Documents[0].TechStack)
 }
 
 func TestWith(t *testing.T) {

@@ -81,24 +81,7 @@ func (s *Service) RequestAnalysis(ctx context.Context, userID int64, req catalog
 }
 
 // RequestQuestions publishes generate.questions for an existing session.
-//
-// The contract's arrays are arrays (§5.6): a list left nil is sent as [],
-// never null, which the strict schema of our publishers refuses.
 func (s *Service) RequestQuestions(ctx context.Context, userID int64, req *catalog.GenerateQuestionsV1) (string, error) {
-	r := *req
-	if r.JobCategories == nil {
-		r.JobCategories = []string{}
-	}
-	if r.Documents == nil {
-		r.Documents = []catalog.SourceDocument{}
-	}
-	if r.RecentQuestions == nil {
-		r.RecentQuestions = []string{}
-	}
-	if r.FocusAreas == nil {
-		r.FocusAreas = []string{}
-	}
-	req = &r
 	return s.request(ctx, catalog.Outgoing{Type: catalog.GenerateQuestions, Payload: req, Context: userCtx(userID, &req.SessionID)},
 		func(ctx context.Context) error {
 			_, err := s.cfg.Store.Session(ctx, req.SessionID)
@@ -112,14 +95,6 @@ func (s *Service) RequestFollowup(ctx context.Context, userID int64, req *catalo
 	if req.FollowupMessageID == nil {
 		return "", fmt.Errorf("stackup request followup: followupMessageId (the placeholder's id) is required")
 	}
-	r := *req
-	if r.ContextDocumentIDs == nil {
-		r.ContextDocumentIDs = []int64{}
-	}
-	if r.History == nil {
-		r.History = []catalog.Turn{}
-	}
-	req = &r
 	return s.request(ctx, catalog.Outgoing{Type: catalog.GenerateFollowup, Payload: req, Context: userCtx(userID, &req.SessionID)},
 		func(ctx context.Context) error {
 			return s.cfg.Store.CreateMessage(ctx, Message{ID: *req.FollowupMessageID, SessionID: req.SessionID,
@@ -132,9 +107,6 @@ func (s *Service) RequestFollowup(ctx context.Context, userID int64, req *catalo
 // generate.feedback carrying it.
 func (s *Service) RequestFeedback(ctx context.Context, userID int64, req *catalog.GenerateFeedbackV1) (string, error) {
 	r := *req
-	if r.Messages == nil {
-		r.Messages = []catalog.TranscriptMessage{}
-	}
 	attempt := uuid.NewString()
 	r.AttemptID = &attempt
 	return s.request(ctx, catalog.Outgoing{Type: catalog.GenerateFeedback, Payload: &r, Context: userCtx(userID, &r.SessionID)},
