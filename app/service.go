@@ -332,14 +332,18 @@ func checkInboxTTL(ttl time.Duration, r route.Route, top topology.Topology) erro
 	return nil
 }
 
-// AddRoute adds r to router, consuming from sub, with the one middleware
-// chain (middleware.Chain) and the route's policy.
+// AddRoute adds r to router, consuming from sub up to r.Concurrency messages
+// at once (broker.Concurrently), with the one middleware chain
+// (middleware.Chain) and the route's policy.
 func AddRoute(router *message.Router, sub message.Subscriber, deps middleware.Deps, r route.Route) error {
 	policy := r.EffectivePolicy()
 	if err := policy.Validate(); err != nil {
 		return fmt.Errorf("route %s: policy: %w", r.Name, err)
 	}
-	router.AddConsumerHandler(r.Name, r.Queue, sub, r.Handle).AddMiddleware(middleware.Chain(deps, r)...)
+	if r.Concurrency < 0 {
+		return fmt.Errorf("route %s: concurrency %d is below 0", r.Name, r.Concurrency)
+	}
+	router.AddConsumerHandler(r.Name, r.Queue, broker.Concurrently(sub, r.Concurrency), r.Handle).AddMiddleware(middleware.Chain(deps, r)...)
 	return nil
 }
 

@@ -49,6 +49,14 @@ type Route struct {
 	// event_id), or "". `eventpipe publish` uses it as the message id, so
 	// the transport id and the body's id agree.
 	MessageID func(payload []byte) string
+	// Concurrency is the most messages of the queue the route handles at
+	// once. 0, the default, is as many as the broker holds unsettled for one
+	// consumer: the queue's batch size in its topology (RabbitMQ's prefetch,
+	// SQS's receive batches, a Postgres claim), else the broker's prefetch
+	// or batch size. 1 handles one message at a time. Ordered (FIFO) queues
+	// are handled one message at a time per group whatever it says, and the
+	// in-memory broker always hands out one at a time.
+	Concurrency int
 }
 
 // DefaultTimeout is the handler timeout of a route that sets none.

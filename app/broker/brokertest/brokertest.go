@@ -67,6 +67,12 @@ type Features struct {
 	// so in Peeked.Effects; false checks that a consumer sees no attempt
 	// spent (x-attempt 0) and that Effects is empty.
 	PeekCountsDelivery bool
+
+	// Concurrency is how many messages a subscription that asks for 4
+	// (broker.WithConcurrency) hands out before the first is settled: 4
+	// where the adapter honours it, 1 where it hands out one at a time. 0
+	// means 1.
+	Concurrency int
 }
 
 // Constructor returns a fresh PubSub for one test. It registers its own
@@ -99,6 +105,7 @@ func Run(t *testing.T, f Features, newPubSub Constructor) {
 		{"PayloadOverLimitRejected", true, testPayloadOverLimit},
 		{"NackRedelivers", true, testNackRedelivers},
 		{"ConcurrentSubscribersOneQueue", true, testConcurrentSubscribers},
+		{"ConcurrentDeliveries", true, testConcurrentDeliveries},
 		{"PublishAfterConnectionDrop", false, testPublishAfterConnectionDrop},
 		{"QueueStats", true, testQueueStats},
 		{"Peek", true, testPeek},
@@ -586,5 +593,57 @@ func testPeek(t *testing.T, f Features, newPubSub Constructor) {
 	assert.ElementsMatch(t, ids, consumed)
 	if f.PeekInOrder && !f.PeekCountsDelivery {
 		assert.Equal(t, ids, consumed, "a peek keeps the queue's order")
+	}
+}
+
+// testConcurrentDeliveries checks that a subscription asked for 4 messages
+// at once hands out Features.Concurrency of them unsettled, no more, and the
+// next one as soon as one is settled.
+func testConcurrentDeliveries(t *testing.T, f Features, newPubSub Constructor) {
+	const asked, total = 4, 7
+	want := max(f.Concurrency, 1)
+	ps := newPubSub(t)
+	closeOnCleanup(t, ps)
+	topic := Topic(t)
+	initialize(t, ps, topic)
+	ctx, cancel := context.WithCancel(broker.WithConcurrency(context.Background(), asked))
+	defer cancel()
+	msgs, err := ps.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	for i := range total {
+		require.NoError(t, ps.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte(strconv.Itoa(i)))))
+	}
+
+	next := func(within time.Duration) *message.Message {
+		select {
+		case m, ok := <-msgs:
+			require.True(t, ok, "subscription closed")
+			return m
+		case <-time.After(within):
+			return nil
+		}
+	}
+	seen := map[string]bool{}
+	var held []*message.Message
+	for len(held) < want {
+		m := next(f.RedeliveryTimeout)
+		require.NotNil(t, m, "only %d of %d messages handed out at once (asked for %d)", len(held), want, asked)
+		held = append(held, m)
+		seen[m.UUID] = true
+	}
+	if m := next(time.Second); m != nil {
+		t.Fatalf("message %d handed out while %d were unsettled (asked for %d, want %d at once)", len(held)+1, len(held), asked, want)
+	}
+	for len(seen) < total {
+		held[0].Ack()
+		held = held[1:]
+		m := next(f.RedeliveryTimeout)
+		require.NotNil(t, m, "no message after an ack (%d of %d seen)", len(seen), total)
+		require.False(t, seen[m.UUID], "message %s handed out twice", m.UUID)
+		seen[m.UUID] = true
+		held = append(held, m)
+	}
+	for _, m := range held {
+		m.Ack()
 	}
 }

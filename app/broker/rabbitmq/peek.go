@@ -114,6 +114,12 @@ func (p *PubSub) Peek(ctx context.Context, queue string, max int) (broker.Peeked
 	}
 	// The get's last message tells how many stayed behind it.
 	out.Complete = len(got) == 0 || got[len(got)-1].MessageCount == 0
+	if typ == QueueQuorum && len(got) > 0 {
+		// A quorum queue applies the requeue through its log after the get
+		// has answered: the peek ends when the messages are back, so that
+		// the next peek or consumer finds them in their place.
+		p.awaitReturned(ctx, queue, int64(len(got))+got[len(got)-1].MessageCount)
+	}
 	return out, nil
 }
 

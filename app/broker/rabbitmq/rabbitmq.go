@@ -39,6 +39,7 @@
 package rabbitmq
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -458,20 +459,123 @@ func (p *PubSub) consumeOnce(ctx context.Context, topic string, out chan<- *mess
 	if err != nil {
 		return false, fmt.Errorf("consume: %w", err)
 	}
+	gone := watchClose(closed)
+	if n := concurrency(ctx, prefetch, isOrdered); n > 1 {
+		return true, p.consumeConcurrently(ctx, src, deliveries, out, gone, n)
+	}
 	for {
 		select {
 		case d, ok := <-deliveries:
 			if !ok {
-				return true, channelError(closed)
+				return true, gone.ended()
 			}
-			if err := p.deliver(ctx, src, d, out, closed); err != nil {
+			if err := p.deliver(ctx, src, d, out, gone); err != nil {
 				return true, err
 			}
-		case amqpErr := <-closed:
-			return true, closeError(amqpErr)
+		case <-gone.done:
+			return true, gone.err
 		case <-ctx.Done():
 			return true, ctx.Err()
 		}
+	}
+}
+
+// concurrency is how many deliveries of a queue consumed with prefetch are
+// handled at once: 1 unless the subscriber asked for more
+// (broker.WithConcurrency), never more than the prefetch (the broker would
+// not hand out more; 0 asks for that many), and 1 on an ordered queue.
+func concurrency(ctx context.Context, prefetch int, ordered bool) int {
+	n, ok := broker.ConcurrencyFrom(ctx)
+	switch {
+	case ordered || !ok:
+		return 1
+	case n == 0 || n > prefetch:
+		return prefetch
+	}
+	return n
+}
+
+// consumeConcurrently hands up to n deliveries to the subscriber at once,
+// each settled on its own as the subscriber says (deliver). It returns when
+// the subscription must stop, once every delivery it handed out is settled or
+// given up: a handler finishing while the subscription is cancelled can still
+// ack what it has done, and what is left unsettled returns to the queue when
+// the channel closes.
+func (p *PubSub) consumeConcurrently(ctx context.Context, src source, deliveries <-chan amqp.Delivery, out chan<- *message.Message, gone *closeWatch, n int) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		running sync.WaitGroup
+		once    sync.Once
+		failed  error
+	)
+	defer running.Wait()
+	stop := func(err error) {
+		once.Do(func() { failed = err })
+		cancel()
+	}
+	slots := make(chan struct{}, n)
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-gone.done:
+			return gone.err
+		case <-ctx.Done():
+			running.Wait()
+			return cmp.Or(failed, ctx.Err())
+		}
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				return gone.ended()
+			}
+			running.Add(1)
+			go func() {
+				defer running.Done()
+				defer func() { <-slots }()
+				if err := p.deliver(ctx, src, d, out, gone); err != nil {
+					stop(err)
+				}
+			}()
+		case <-gone.done:
+			return gone.err
+		case <-ctx.Done():
+			running.Wait()
+			return cmp.Or(failed, ctx.Err())
+		}
+	}
+}
+
+// closeWatch tells every delivery of a channel at once that the channel
+// closed: NotifyClose reports it once, to one receiver.
+type closeWatch struct {
+	done chan struct{}
+	// err is why the channel closed (closeError), set before done closes.
+	err error
+}
+
+func watchClose(closed <-chan *amqp.Error) *closeWatch {
+	w := &closeWatch{done: make(chan struct{})}
+	go func() {
+		w.err = closeError(<-closed)
+		close(w.done)
+	}()
+	return w
+}
+
+// ended is the error of a subscription whose deliveries channel closed: why
+// its channel closed, or, when the channel is still open (the broker
+// cancelled the consumer: its queue was deleted), that the deliveries ended.
+// A channel's close is reported before its deliveries channel closes, so the
+// watcher has it within moments.
+func (w *closeWatch) ended() error {
+	t := time.NewTimer(100 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-w.done:
+		return w.err
+	case <-t.C:
+		return errors.New("delivery channel closed")
 	}
 }
 
@@ -501,7 +605,7 @@ func (src source) ackBarrier() error {
 
 // deliver hands one delivery to the subscriber and settles it as the
 // subscriber says. It returns an error when the subscription must stop.
-func (p *PubSub) deliver(ctx context.Context, src source, d amqp.Delivery, out chan<- *message.Message, closed <-chan *amqp.Error) error {
+func (p *PubSub) deliver(ctx context.Context, src source, d amqp.Delivery, out chan<- *message.Message, gone *closeWatch) error {
 	msg, err := p.marshaler.Unmarshal(d)
 	if err != nil {
 		// Unreachable with Marshaler; requeueing would loop, so refuse.
@@ -538,8 +642,8 @@ func (p *PubSub) deliver(ctx context.Context, src source, d amqp.Delivery, out c
 		// the broker push it to this consumer again first, counting an
 		// extra delivery on a quorum queue.
 		return ctx.Err()
-	case amqpErr := <-closed:
-		return closeError(amqpErr)
+	case <-gone.done:
+		return gone.err
 	}
 
 	// Not ctx: a handler finishing while its subscription is cancelled must
@@ -559,9 +663,9 @@ func (p *PubSub) deliver(ctx context.Context, src source, d amqp.Delivery, out c
 	case <-p.closeCtx.Done():
 		// Returned to the queue by the channel's close, as above.
 		return ErrClosed
-	case amqpErr := <-closed:
+	case <-gone.done:
 		// The broker requeues the delivery itself.
-		return closeError(amqpErr)
+		return gone.err
 	}
 	return nil
 }
@@ -594,15 +698,6 @@ func (p *PubSub) settleNack(ctx context.Context, src source, d amqp.Delivery, ms
 		return fmt.Errorf("nack %s: %w", msg.UUID, err)
 	}
 	return nil
-}
-
-func channelError(closed <-chan *amqp.Error) error {
-	select {
-	case amqpErr := <-closed:
-		return closeError(amqpErr)
-	default:
-		return errors.New("delivery channel closed")
-	}
 }
 
 func closeError(amqpErr *amqp.Error) error {

@@ -45,6 +45,7 @@ func TestConformance(t *testing.T) {
 	t.Parallel()
 	amqpURL, vhost := newVhost(t)
 	brokertest.Run(t, brokertest.Features{
+		Concurrency:        4,
 		Watermill:          queueFeatures(true),
 		CompetingConsumers: true,
 		DropConnections:    func(t *testing.T) { dropConnections(t, vhost) },

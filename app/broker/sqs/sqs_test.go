@@ -141,6 +141,7 @@ func nothing(t *testing.T, msgs <-chan *message.Message, d time.Duration) {
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	brokertest.Run(t, brokertest.Features{
+		Concurrency: 4,
 		Watermill: tests.Features{
 			// Standard queues: at-least-once, no order.
 			ExactlyOnceDelivery: false,

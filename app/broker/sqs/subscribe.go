@@ -24,7 +24,8 @@ import (
 // long-poll the queue; every received message is handed out on its own, so a
 // consumer that handles messages concurrently (the Watermill router does) gets
 // a whole batch at once, and at most BatchSize×Workers are in flight
-// (received and not yet settled, whether handed out or waiting).
+// (received and not yet settled, whether handed out or waiting), or fewer
+// when ctx asks for fewer at once (broker.WithConcurrency).
 //
 // A FIFO queue (its name ends in .fifo, which SQS requires of FIFO queues)
 // keeps each message group's order. SQS returns several messages of one group
@@ -123,7 +124,7 @@ func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.M
 		// SQS requires a FIFO queue's name to end in .fifo, and the name is
 		// the last segment of the queue's URL.
 		fifo:    isFIFO(path.Base(queueURL)),
-		slots:   make(chan struct{}, p.cfg.batchSizeOf(topic)*p.cfg.Workers),
+		slots:   make(chan struct{}, inFlight(ctx, p.cfg.batchSizeOf(topic)*p.cfg.Workers)),
 		settle:  make(chan settleRequest),
 		drained: make(chan struct{}),
 	}
@@ -134,6 +135,16 @@ func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.M
 	}
 	s.start()
 	return s.out, nil
+}
+
+// inFlight is how many messages a subscription holds in flight: the room of
+// its receive loops' batches, or fewer when the subscriber asked for fewer at
+// once (broker.WithConcurrency).
+func inFlight(ctx context.Context, room int) int {
+	if n, ok := broker.ConcurrencyFrom(ctx); ok && n > 0 && n < room {
+		return n
+	}
+	return room
 }
 
 type subscription struct {
