@@ -213,15 +213,26 @@ func (c *countingPublisher) Publish(topic string, msgs ...*message.Message) erro
 	return c.Publisher.Publish(topic, msgs...)
 }
 
-// On RabbitMQ a redrive without a selection goes in batches: a batch's
-// copies in one publish (confirms pipelined), then one ack for the batch.
-// --max is kept exactly (what the prefetch holds beyond it stays), and every
-// copy arrives unspent, without its history.
-func TestRedriveInBatchesOnRabbitMQ(t *testing.T) {
+// On RabbitMQ and the Postgres broker a redrive without a selection goes
+// in batches (broker.BatchReceiver): a batch's copies in one publish
+// (RabbitMQ: confirms pipelined), then one settlement for the batch (one
+// multiple ack; one statement). --max is kept exactly (what the prefetch or
+// the claim holds beyond it stays), and every copy arrives unspent, without
+// its history.
+func TestRedriveInBatches(t *testing.T) {
 	t.Parallel()
+	for _, kind := range []string{"rabbitmq", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			testRedriveInBatches(t, kind)
+		})
+	}
+}
+
+func testRedriveInBatches(t *testing.T, kind string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	ps := testbrokers.New(t, "rabbitmq", testbrokers.Scope(t, "rabbitmq"))
+	ps := testbrokers.New(t, kind, testbrokers.Scope(t, kind))
 	source := brokertest.Topic(t)
 	dlq := source + "-dlq"
 	const n = 250
