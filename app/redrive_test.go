@@ -279,3 +279,30 @@ func testRedriveInBatches(t *testing.T, kind string) {
 		assert.True(t, seen[l.UUID], "%s arrived", l.UUID)
 	}
 }
+
+// A canary redrive reports its progress as one redrive: the rest's counts
+// and time go on from the canary's, so a progress bar or the console's job
+// page never goes back to 1.
+func TestCanaryRedriveProgressCountsOnFromTheCanary(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ps := testbrokers.New(t, "postgres", testbrokers.Scope(t, "postgres"))
+	source := brokertest.Topic(t)
+	dlq := source + "-dlq"
+	var letters []*message.Message
+	for i := range 5 {
+		letters = append(letters, deadLetter(source, fmt.Sprintf("order %d not found", i), "permanent", time.Now().UTC()))
+	}
+	publish(t, ps, source)
+	publish(t, ps, dlq, letters...)
+
+	var done []int
+	var elapsed []time.Duration
+	moved, err := app.Redrive(ctx, ps, ps, dlq, app.RedriveOptions{Canary: true, CanaryWait: time.Second, Idle: time.Second,
+		Progress: func(p app.RedriveProgress) { done, elapsed = append(done, p.Done), append(elapsed, p.Elapsed) }})
+	require.NoError(t, err)
+	require.Len(t, moved, 5)
+	assert.Equal(t, []int{1, 2, 3, 4, 5}, done)
+	assert.Greater(t, elapsed[1], time.Second, "the rest's time includes the canary's watch")
+}
