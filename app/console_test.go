@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,6 +54,14 @@ func chromium(t *testing.T) string {
 // JWTs, and puts three dead letters of ai.analyze.resume in its DLQ: two
 // alike (a missing messageId) and one other.
 func consoleService(t *testing.T) (base string, ps message.Publisher, letters []*message.Message) {
+	base, ps, letters, _ = consoleServiceLogged(t, slog.New(slog.DiscardHandler))
+	return base, ps, letters
+}
+
+// consoleServiceLogged is consoleService logging to logger; stop shuts the
+// service down and returns what Run returned (the cleanup does too, if stop
+// was not called).
+func consoleServiceLogged(t *testing.T, logger *slog.Logger) (base string, ps message.Publisher, letters []*message.Message, stop func() error) {
 	t.Setenv("EVENTPIPE_TEST_CONSOLE_SECRET", consoleSecret)
 	cfg := config.Defaults()
 	cfg.Broker.Kind = config.KindPostgres
@@ -65,11 +74,12 @@ func consoleService(t *testing.T) (base string, ps message.Publisher, letters []
 	cfg.StackUp.Processors = "sample"
 	cfg.Serve.ConnectTimeout = 30 * time.Second
 	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := app.New(ctx, cfg, slog.New(slog.DiscardHandler))
+	svc, err := app.New(ctx, cfg, logger)
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
-	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	stop = sync.OnceValue(func() error { cancel(); return <-done })
+	t.Cleanup(func() { require.NoError(t, stop()) })
 
 	b, err := app.NewBroker(ctx, cfg, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
@@ -81,7 +91,7 @@ func consoleService(t *testing.T) (base string, ps message.Publisher, letters []
 		deadLetter("ai.analyze.resume", "llm: timeout after 30s", "transient", at.Add(2*time.Minute)),
 	}
 	require.NoError(t, b.Publish("dlq.ai.analyze.resume", letters...))
-	return "http://" + svc.AdminAddr(), b, letters
+	return "http://" + svc.AdminAddr(), b, letters, stop
 }
 
 func token(t *testing.T, roles ...string) string {
@@ -522,4 +532,37 @@ func TestConsoleJobProgress(t *testing.T) {
 	assert.Equal(t, http.StatusForbidden, resp.StatusCode, "no admin role")
 	code, _ := consoleDo(t, base, http.MethodGet, "/console/job.json?id=nope", nil)
 	assert.Equal(t, http.StatusNotFound, code)
+}
+
+// A console action outlives its request and ends with the service: a job
+// still running at shutdown is cancelled before the broker closes, the log
+// says so, the service stops cleanly, and what the job did not reach is
+// still in the DLQ.
+func TestConsoleJobIsCancelledByShutdown(t *testing.T) {
+	var logs syncBuffer
+	base, ps, _, stop := consoleServiceLogged(t, slog.New(slog.NewJSONHandler(&logs, nil)))
+	const dlq, n = "dlq.ai.analyze.resume", 200
+	group := publishGroup(t, ps, n)
+	require.Eventually(t, func() bool {
+		code, body := consoleDo(t, base, http.MethodGet, "/console/dlq?queue="+dlq, nil)
+		return code == http.StatusOK && strings.Contains(body, "cache: key &lt;n&gt; evicted")
+	}, 30*time.Second, 200*time.Millisecond)
+	id := consoleStart(t, base, "/console/redrive", url.Values{"queue": {dlq}, "mode": {"discard"}, "group": {"cache: key <n> evicted"},
+		"rate": {"20"}, "confirm": {"yes"}})
+	require.Eventually(t, func() bool { return consoleJobStatus(t, base, id).Done >= 5 }, 30*time.Second, 100*time.Millisecond, "the job runs after its request")
+
+	require.NoError(t, stop())
+	assert.Contains(t, logs.String(), "console action cancelled by the shutdown")
+	peek, err := app.PeekDeadLetters(context.Background(), ps, dlq, 1000)
+	require.NoError(t, err)
+	left := 0
+	for _, v := range peek.Letters {
+		for _, m := range group {
+			if v.ID == m.UUID {
+				left++
+			}
+		}
+	}
+	assert.Greater(t, left, n/2, "the rest stay in the DLQ")
+	assert.Less(t, left, n, "some were discarded before the shutdown")
 }
