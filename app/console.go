@@ -3,17 +3,23 @@ package app
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"embed"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"html/template"
 	"log/slog"
+	"maps"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -47,7 +53,8 @@ const consolePeekMax = 500
 // built from the broker's queue counts (broker.QueueStatter) and read-only
 // peek (broker.Peeker) and the dead-letter redrive.
 type console struct {
-	s *Service
+	s    *Service
+	jobs *consoleJobs
 }
 
 // consolePage is what every page template gets.
@@ -57,7 +64,8 @@ type consolePage struct {
 
 // consoleHandler mounts the console on mux.
 func (s *Service) mountConsole(mux *http.ServeMux) {
-	c := console{s: s}
+	s.consoleJobs = newConsoleJobs(s.logger)
+	c := console{s: s, jobs: s.consoleJobs}
 	mux.HandleFunc("GET /console/login", c.loginPage)
 	mux.HandleFunc("POST /console/login", c.login)
 	mux.Handle("GET /console/{$}", c.auth(c.queuesPage))
@@ -67,6 +75,8 @@ func (s *Service) mountConsole(mux *http.ServeMux) {
 	mux.Handle("GET /console/trace", c.auth(c.tracePage))
 	mux.Handle("POST /console/redrive", c.auth(c.redrive))
 	mux.Handle("POST /console/edit", c.auth(c.edit))
+	mux.Handle("GET /console/job", c.auth(c.jobPage))
+	mux.Handle("GET /console/job.json", c.auth(c.jobJSON))
 }
 
 // auth lets a request through when it may use the console: with admin JWTs
@@ -325,8 +335,10 @@ func (c console) messagePage(w http.ResponseWriter, r *http.Request, principal s
 
 // redrive runs the redrive forms: mode all (a selection, one message or a
 // group), canary (one of a group first, then the rest when it does not come
-// back), dry-run, or discard. A discard and a group redrive show a
-// confirmation first.
+// back), dry-run, or discard, at most rate dead letters a second when the
+// form says. A discard and a group redrive show a confirmation first. A dry
+// run answers at once; the others run as a job (consoleJobs), and the
+// browser goes to its page.
 func (c console) redrive(w http.ResponseWriter, r *http.Request, principal string) {
 	if c.unavailable(w, principal) {
 		return
@@ -353,6 +365,14 @@ func (c console) redrive(w http.ResponseWriter, r *http.Request, principal strin
 		return
 	}
 	opts := RedriveOptions{IDs: ids, Group: group, Idle: 3 * time.Second, Principal: principal}
+	if v := strings.TrimSpace(r.PostFormValue("rate")); v != "" {
+		rate, err := strconv.ParseFloat(v, 64)
+		if err != nil || rate < 0 || rate > 1e6 || math.IsNaN(rate) {
+			http.Error(w, fmt.Sprintf("invalid rate %q: dead letters per second, 0 for no cap", v), http.StatusBadRequest)
+			return
+		}
+		opts.Rate = rate
+	}
 	verb := "redrive"
 	switch mode {
 	case "all":
@@ -379,7 +399,11 @@ func (c console) redrive(w http.ResponseWriter, r *http.Request, principal strin
 		})
 		return
 	}
-	c.run(w, r, principal, dlq, verb, opts)
+	if opts.DryRun {
+		c.dryRun(w, r, principal, dlq, opts)
+		return
+	}
+	c.startJob(w, r, principal, dlq, verb, opts)
 }
 
 // edit sends a copy of one dead letter with an edited body, validated by
@@ -398,7 +422,7 @@ func (c console) edit(w http.ResponseWriter, r *http.Request, principal string) 
 		http.Error(w, "an id and a body of at most 1 MiB", http.StatusBadRequest)
 		return
 	}
-	c.run(w, r, principal, dlq, "edit and redrive", RedriveOptions{
+	c.startJob(w, r, principal, dlq, "edit and redrive", RedriveOptions{
 		IDs: []string{id}, Idle: 3 * time.Second, Principal: principal,
 		Edits:    map[string][]byte{id: []byte(body)},
 		Validate: c.validate,
@@ -417,11 +441,12 @@ func (c console) validate(queue string, body []byte) error {
 	return rt.Validate(body)
 }
 
-func (c console) run(w http.ResponseWriter, r *http.Request, principal, dlq, verb string, opts RedriveOptions) {
-	start := time.Now()
+// dryRun answers a dry run at once: it only peeks.
+func (c console) dryRun(w http.ResponseWriter, r *http.Request, principal, dlq string, opts RedriveOptions) {
+	const verb = "dry run"
 	done, err := Redrive(r.Context(), c.s.broker, c.s.publisher, dlq, opts)
 	log := c.s.logger.With(slog.String("principal", principal), slog.String("queue", dlq), slog.String("action", verb),
-		slog.Any("ids", opts.IDs), slog.String("group", opts.Group), slog.Int("done", len(done)), slog.Duration("took", time.Since(start)))
+		slog.Any("ids", opts.IDs), slog.String("group", opts.Group), slog.Int("done", len(done)))
 	status := http.StatusOK
 	msg := ""
 	if err != nil {
@@ -430,10 +455,7 @@ func (c console) run(w http.ResponseWriter, r *http.Request, principal, dlq, ver
 	} else {
 		log.Info("console action")
 	}
-	summary := fmt.Sprintf("%d dead letter(s): %s done in %s.", len(done), verb, time.Since(start).Round(time.Millisecond))
-	if opts.DryRun {
-		summary = fmt.Sprintf("%d dead letter(s) would be redriven; nothing changed.", len(done))
-	}
+	summary := fmt.Sprintf("%d dead letter(s) would be redriven; nothing changed.", len(done))
 	c.render(w, status, "result", c.page(verb, principal), map[string]any{"Verb": verb, "Queue": dlq, "Done": done, "Error": msg, "Summary": summary})
 }
 
@@ -538,4 +560,283 @@ func (c console) follow(ctx context.Context, traceID string) ([]traceHit, string
 		notes = append(notes, fmt.Sprintf("outbox and inbox not searched: %v.", err))
 	}
 	return hits, strings.Join(notes, " ")
+}
+
+// consoleJobKeep is how many ended jobs the console remembers, so that their
+// pages still show the result.
+const consoleJobKeep = 100
+
+// consoleJobResultsShown is the most dead letters a job's result lists.
+const consoleJobResultsShown = 1000
+
+// consoleJobs runs the console's redrives and discards in the service, not
+// in the request that asked for them: a job goes on when the browser
+// closes, its page follows it (consoleJobStatus, polled as JSON), and the
+// same action asked for again while it runs is that job, not a second one.
+// Run ends every job when the service shuts down.
+type consoleJobs struct {
+	logger *slog.Logger
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	byID    map[string]*consoleJob
+	running map[string]*consoleJob // by key
+	ended   []string               // ids, oldest first
+	stopped bool
+}
+
+func newConsoleJobs(logger *slog.Logger) *consoleJobs {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &consoleJobs{logger: logger, ctx: ctx, cancel: cancel, byID: map[string]*consoleJob{}, running: map[string]*consoleJob{}}
+}
+
+// errShuttingDown refuses a job asked for while the service shuts down.
+var errShuttingDown = errors.New("the service is shutting down: no new console action starts")
+
+// start runs job unless a job of the same key is running, which it returns
+// instead (started false).
+func (j *consoleJobs) start(job *consoleJob, run func(ctx context.Context, job *consoleJob)) (_ *consoleJob, started bool, _ error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.stopped {
+		return nil, false, errShuttingDown
+	}
+	if other, ok := j.running[job.key]; ok {
+		return other, false, nil
+	}
+	j.byID[job.ID] = job
+	j.running[job.key] = job
+	j.wg.Add(1)
+	go func() {
+		defer j.wg.Done()
+		run(j.ctx, job)
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		delete(j.running, job.key)
+		j.ended = append(j.ended, job.ID)
+		if len(j.ended) > consoleJobKeep {
+			delete(j.byID, j.ended[0])
+			j.ended = j.ended[1:]
+		}
+	}()
+	return job, true, nil
+}
+
+func (j *consoleJobs) get(id string) *consoleJob {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.byID[id]
+}
+
+// Run waits for ctx to end (the service's shutdown, after the router has
+// drained and before the broker closes), then cancels the running jobs and
+// waits for them: each leaves what it did not move in the dead-letter queue
+// and logs that it was cancelled.
+func (j *consoleJobs) Run(ctx context.Context) error {
+	<-ctx.Done()
+	j.mu.Lock()
+	j.stopped = true
+	n := len(j.running)
+	j.mu.Unlock()
+	if n > 0 {
+		j.logger.Warn("shutting down: cancelling the running console actions", slog.Int("jobs", n))
+	}
+	j.cancel()
+	j.wg.Wait()
+	return nil
+}
+
+// consoleJob is one console action that changes a dead-letter queue.
+type consoleJob struct {
+	ID, Verb, Queue, Principal, Group string
+	IDs                               []string
+	Started                           time.Time
+	key                               string
+
+	mu sync.Mutex
+	// total is how many dead letters the action is expected to move (0:
+	// not known yet); done and skipped are RedriveProgress's.
+	total, done, skipped int
+	results              []Redriven
+	ended                time.Time
+	err                  error
+}
+
+// consoleJobStatus is what the job page and /console/job.json show of a job.
+type consoleJobStatus struct {
+	ID    string `json:"id"`
+	Verb  string `json:"verb"`
+	Queue string `json:"queue"`
+	// State is running, done, failed or cancelled (the service shut down).
+	State string `json:"state"`
+	Done  int    `json:"done"`
+	// Total is the number of dead letters selected when the job started;
+	// 0 while it is counted.
+	Total   int `json:"total"`
+	Skipped int `json:"skipped"`
+	// RatePerS is dead letters moved per second since the start.
+	RatePerS float64 `json:"rate_per_s"`
+	// Errors is how many dead letters failed: a redrive stops at the first,
+	// which Error describes, and leaves the rest in the queue.
+	Errors   int     `json:"errors"`
+	Error    string  `json:"error,omitempty"`
+	ElapsedS float64 `json:"elapsed_s"`
+	// Summary and Results (at most consoleJobResultsShown; More says how
+	// many more) are set once the job has ended.
+	Summary string     `json:"summary,omitempty"`
+	Results []Redriven `json:"results,omitempty"`
+	More    int        `json:"more,omitempty"`
+}
+
+func (job *consoleJob) progress(p RedriveProgress) {
+	job.mu.Lock()
+	defer job.mu.Unlock()
+	job.done, job.skipped = p.Done, p.Skipped
+	if len(job.results) < consoleJobResultsShown && p.Last.ID != "" {
+		job.results = append(job.results, p.Last)
+	}
+}
+
+func (job *consoleJob) status() consoleJobStatus {
+	job.mu.Lock()
+	defer job.mu.Unlock()
+	st := consoleJobStatus{ID: job.ID, Verb: job.Verb, Queue: job.Queue, State: "running", Done: job.done, Total: job.total, Skipped: job.skipped}
+	end := time.Now()
+	if !job.ended.IsZero() {
+		end = job.ended
+	}
+	elapsed := end.Sub(job.Started)
+	st.ElapsedS = elapsed.Seconds()
+	if elapsed > 0 {
+		st.RatePerS = float64(job.done) / elapsed.Seconds()
+	}
+	if job.ended.IsZero() {
+		return st
+	}
+	switch {
+	case errors.Is(job.err, context.Canceled):
+		st.State, st.Error = "cancelled", "the service shut down: the rest were left in the queue"
+	case job.err != nil:
+		st.State, st.Errors, st.Error = "failed", 1, job.err.Error()
+	default:
+		st.State = "done"
+	}
+	st.Summary = fmt.Sprintf("%d dead letter(s): %s done in %s.", job.done, job.Verb, elapsed.Round(time.Millisecond))
+	st.Results = job.results
+	listed := 0
+	for _, r := range job.results {
+		listed += int(r.Count())
+	}
+	st.More = max(job.done-listed, 0)
+	return st
+}
+
+// finish records how the job ended: done is Redrive's result.
+func (job *consoleJob) finish(done []Redriven, err error) {
+	job.mu.Lock()
+	defer job.mu.Unlock()
+	job.ended, job.err = time.Now(), err
+	var n int64
+	for _, r := range done {
+		n += r.Count()
+	}
+	job.done = int(n)
+	job.results = done[:min(len(done), consoleJobResultsShown)]
+}
+
+// jobKey identifies an action: the same queue, verb, selection and edit.
+func jobKey(dlq, verb string, opts RedriveOptions) string {
+	ids := slices.Clone(opts.IDs)
+	slices.Sort(ids)
+	h := sha256.New()
+	for _, part := range append([]string{dlq, verb, opts.Group}, ids...) {
+		h.Write([]byte(part))
+		h.Write([]byte{0})
+	}
+	for _, id := range slices.Sorted(maps.Keys(opts.Edits)) {
+		h.Write([]byte(id))
+		h.Write(opts.Edits[id])
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// startJob starts the action as a job (or finds it running) and sends the
+// browser to its page.
+func (c console) startJob(w http.ResponseWriter, r *http.Request, principal, dlq, verb string, opts RedriveOptions) {
+	id := make([]byte, 9)
+	_, _ = rand.Read(id)
+	job := &consoleJob{ID: base64.RawURLEncoding.EncodeToString(id), Verb: verb, Queue: dlq, Principal: principal,
+		Group: opts.Group, IDs: opts.IDs, Started: time.Now(), key: jobKey(dlq, verb, opts)}
+	log := c.s.logger.With(slog.String("principal", principal), slog.String("queue", dlq), slog.String("action", verb),
+		slog.Any("ids", opts.IDs), slog.String("group", opts.Group))
+	job, started, err := c.jobs.start(job, func(ctx context.Context, job *consoleJob) { c.runJob(ctx, job, opts, log) })
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	if !started {
+		log.Info("console action already running: showing it", slog.String("job", job.ID))
+	}
+	http.Redirect(w, r, "/console/job?id="+url.QueryEscape(job.ID), http.StatusSeeOther)
+}
+
+// runJob counts what the action selects, runs it and logs how it ended.
+func (c console) runJob(ctx context.Context, job *consoleJob, opts RedriveOptions, log *slog.Logger) {
+	total := len(opts.IDs)
+	if total == 0 {
+		if peek, err := PeekDeadLetters(ctx, c.s.broker, job.Queue, 10000); err == nil {
+			for _, v := range peek.Letters {
+				if selected(v, opts, nil) {
+					total++
+				}
+			}
+		}
+	}
+	job.mu.Lock()
+	job.total = total
+	job.mu.Unlock()
+	log = log.With(slog.String("job", job.ID))
+	log.Info("console action started", slog.Int("selected", total))
+	opts.Progress = job.progress
+	done, err := Redrive(ctx, c.s.broker, c.s.publisher, job.Queue, opts)
+	job.finish(done, err)
+	st := job.status()
+	log = log.With(slog.Int("done", st.Done), slog.Duration("took", time.Since(job.Started)))
+	switch {
+	case errors.Is(err, context.Canceled) && c.jobs.ctx.Err() != nil:
+		log.Warn("console action cancelled by the shutdown; the rest stay in the queue")
+	case err != nil:
+		log.Warn("console action failed", slog.Any("error", err))
+	default:
+		log.Info("console action")
+	}
+}
+
+// jobOf is the job the request names, or a 404.
+func (c console) jobOf(w http.ResponseWriter, r *http.Request) *consoleJob {
+	job := c.jobs.get(r.FormValue("id"))
+	if job == nil {
+		http.Error(w, "no such console action (the service remembers the last "+fmt.Sprint(consoleJobKeep)+" since it started)", http.StatusNotFound)
+	}
+	return job
+}
+
+func (c console) jobPage(w http.ResponseWriter, r *http.Request, principal string) {
+	job := c.jobOf(w, r)
+	if job == nil {
+		return
+	}
+	st := job.status()
+	c.render(w, http.StatusOK, "job", c.page(job.Verb, principal), map[string]any{
+		"Job": st, "Group": job.Group, "By": job.Principal, "Started": job.Started, "Queue": job.Queue,
+	})
+}
+
+func (c console) jobJSON(w http.ResponseWriter, r *http.Request, _ string) {
+	if job := c.jobOf(w, r); job != nil {
+		writeJSON(w, http.StatusOK, job.status())
+	}
 }

@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,7 +11,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,6 +54,14 @@ func chromium(t *testing.T) string {
 // JWTs, and puts three dead letters of ai.analyze.resume in its DLQ: two
 // alike (a missing messageId) and one other.
 func consoleService(t *testing.T) (base string, ps message.Publisher, letters []*message.Message) {
+	base, ps, letters, _ = consoleServiceLogged(t, slog.New(slog.DiscardHandler))
+	return base, ps, letters
+}
+
+// consoleServiceLogged is consoleService logging to logger; stop shuts the
+// service down and returns what Run returned (the cleanup does too, if stop
+// was not called).
+func consoleServiceLogged(t *testing.T, logger *slog.Logger) (base string, ps message.Publisher, letters []*message.Message, stop func() error) {
 	t.Setenv("EVENTPIPE_TEST_CONSOLE_SECRET", consoleSecret)
 	cfg := config.Defaults()
 	cfg.Broker.Kind = config.KindPostgres
@@ -63,11 +74,12 @@ func consoleService(t *testing.T) (base string, ps message.Publisher, letters []
 	cfg.StackUp.Processors = "sample"
 	cfg.Serve.ConnectTimeout = 30 * time.Second
 	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := app.New(ctx, cfg, slog.New(slog.DiscardHandler))
+	svc, err := app.New(ctx, cfg, logger)
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
-	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	stop = sync.OnceValue(func() error { cancel(); return <-done })
+	t.Cleanup(func() { require.NoError(t, stop()) })
 
 	b, err := app.NewBroker(ctx, cfg, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
@@ -79,7 +91,7 @@ func consoleService(t *testing.T) (base string, ps message.Publisher, letters []
 		deadLetter("ai.analyze.resume", "llm: timeout after 30s", "transient", at.Add(2*time.Minute)),
 	}
 	require.NoError(t, b.Publish("dlq.ai.analyze.resume", letters...))
-	return "http://" + svc.AdminAddr(), b, letters
+	return "http://" + svc.AdminAddr(), b, letters, stop
 }
 
 func token(t *testing.T, roles ...string) string {
@@ -129,7 +141,7 @@ func TestConsoleAuthAndCSRF(t *testing.T) {
 // group redrive take a confirmation; a dry run changes nothing.
 func TestConsoleInChromium(t *testing.T) {
 	bin := chromium(t)
-	base, _, letters := consoleService(t)
+	base, ps, letters := consoleService(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx,
@@ -228,6 +240,45 @@ func TestConsoleInChromium(t *testing.T) {
 	for _, m := range letters[:2] {
 		assert.Contains(t, result, fmt.Sprintf("%s → ai.analyze.resume", m.UUID))
 	}
+
+	// A group of 150 discarded at 40 a second: the job's page shows the
+	// count grow while it runs, then the result.
+	const n = 150
+	publishGroup(t, ps, n)
+	require.NoError(t, chromedp.Do(browser,
+		chromedp.Navigate(base+"/console/dlq?queue=dlq.ai.analyze.resume"),
+		chromedp.Poll[chromedp.Void](`[...document.querySelectorAll("#groups tbody tr")].some(tr => tr.children[0].textContent === "cache: key <n> evicted")`, wait),
+		chromedp.Evaluate[chromedp.Void](`(() => { const tr = [...document.querySelectorAll("#groups tbody tr")].find(tr => tr.children[0].textContent === "cache: key <n> evicted");
+			tr.querySelector(".rate").value = "40"; tr.querySelector(".discard-group").click() })()`),
+		chromedp.WaitVisible(chromedp.CSS("#confirm")),
+		chromedp.Click(chromedp.CSS("#confirm-yes")),
+		chromedp.WaitVisible(chromedp.CSS("#progress")),
+	))
+	assert.Contains(t, text("h1"), "discard")
+	// Read as the page shows it, refreshed by its own script.
+	var moving []int
+	deadline := time.Now().Add(time.Minute)
+	for {
+		st, err := chromedp.Run(browser, chromedp.Evaluate[struct{ Done, Total, State string }](`({Done: document.getElementById("done").textContent,
+			Total: document.getElementById("total").textContent, State: document.getElementById("state").textContent})`))
+		require.NoError(t, err)
+		if st.State != "running" {
+			break
+		}
+		if d, err := strconv.Atoi(st.Done); err == nil && d > 0 && d < n {
+			assert.Equal(t, strconv.Itoa(n), st.Total)
+			if len(moving) == 0 || moving[len(moving)-1] != d {
+				moving = append(moving, d)
+			}
+		}
+		require.True(t, time.Now().Before(deadline), "the job did not end: %+v", st)
+		time.Sleep(150 * time.Millisecond)
+	}
+	assert.GreaterOrEqual(t, len(moving), 2, "the page showed the count grow: %v", moving)
+	require.NoError(t, chromedp.Do(browser, chromedp.WaitVisible(chromedp.CSS("#result"))))
+	assert.Contains(t, text("#summary"), fmt.Sprintf("%d dead letter(s): discard done", n))
+	assert.Equal(t, "done", text("#state"))
+	assert.Equal(t, strconv.Itoa(n), text("#done"))
 }
 
 // On the memory broker the console says why it cannot work.
@@ -305,21 +356,26 @@ func TestConsoleCanaryEditAndTraceFollow(t *testing.T) {
 
 	// The canary: the group's bodies still lack a messageId, the worker
 	// dead-letters the first one again at once, the second stays.
-	code, body = consoleDo(t, base, http.MethodPost, "/console/redrive", url.Values{"queue": {dlq}, "mode": {"canary"},
-		"group": {"envelope: messageId is required (message <n>)"}, "confirm": {"yes"}})
-	assert.Equal(t, http.StatusUnprocessableEntity, code, body)
-	assert.Contains(t, body, "came back to the dead-letter queue")
-	assert.Contains(t, body, "the rest were left there")
+	canary := consoleJobEnd(t, base, consoleStart(t, base, "/console/redrive", url.Values{"queue": {dlq}, "mode": {"canary"},
+		"group": {"envelope: messageId is required (message <n>)"}, "confirm": {"yes"}}))
+	assert.Equal(t, "failed", canary.State)
+	assert.Equal(t, 1, canary.Errors)
+	assert.Equal(t, 2, canary.Total, "the group's two")
+	assert.Contains(t, canary.Error, "came back to the dead-letter queue")
+	assert.Contains(t, canary.Error, "the rest were left there")
 	require.Eventually(t, func() bool { return len(dlqIDs()) == 3 }, 30*time.Second, 200*time.Millisecond, "the canary is back, the rest never left")
 
 	// Edit and redrive with a body the route accepts.
 	valid := fmt.Sprintf(`{"messageId":%q,"messageType":"analyze.resume","version":"v1","traceId":%q,"publishedAt":"2026-04-27T15:00:00Z",`+
 		`"publisher":"console-test","payload":{"resumeId":1,"filePath":"resumes/raw/1/test.pdf","analyzedDocumentId":1},"context":{"userId":1}}`,
 		timeout.UUID, traceID)
-	code, body = consoleDo(t, base, http.MethodPost, "/console/edit", url.Values{"queue": {dlq}, "id": {timeout.UUID}, "body": {valid}})
+	edit := consoleJobEnd(t, base, consoleStart(t, base, "/console/edit", url.Values{"queue": {dlq}, "id": {timeout.UUID}, "body": {valid}}))
+	assert.Equal(t, "done", edit.State, edit.Error)
+	assert.Equal(t, []app.Redriven{{ID: timeout.UUID, To: "ai.analyze.resume", Edited: true}}, edit.Results)
+	assert.Contains(t, edit.Summary, "1 dead letter(s): edit and redrive done")
+	code, body = consoleDo(t, base, http.MethodGet, "/console/job?id="+edit.ID, nil)
 	require.Equal(t, http.StatusOK, code, body)
-	assert.Contains(t, body, timeout.UUID+" → ai.analyze.resume (edited)")
-	assert.Contains(t, body, "1 dead letter(s): edit and redrive done")
+	assert.Contains(t, body, timeout.UUID+" → ai.analyze.resume (edited)", "the job page shows the result")
 
 	// Handled: it does not come back, and its trace now leads through the
 	// worker's callback in the outbox to Core's inbox.
@@ -335,4 +391,178 @@ func TestConsoleCanaryEditAndTraceFollow(t *testing.T) {
 	assert.NotContains(t, trace, "outbox and inbox not searched", "they are read in the configured schema")
 	assert.NotContains(t, trace, "not read", "a DLQ nothing was ever dead-lettered to is empty, not an error")
 	assert.NotContains(t, dlqIDs(), timeout.UUID)
+}
+
+// jobStatus is what /console/job.json says of a console action.
+type jobStatus struct {
+	ID       string         `json:"id"`
+	State    string         `json:"state"`
+	Done     int            `json:"done"`
+	Total    int            `json:"total"`
+	RatePerS float64        `json:"rate_per_s"`
+	Errors   int            `json:"errors"`
+	Error    string         `json:"error"`
+	Summary  string         `json:"summary"`
+	Results  []app.Redriven `json:"results"`
+	More     int            `json:"more"`
+}
+
+// consoleStart posts a console action as an admin and returns the id of the
+// job it was sent to (the action runs in the service; the answer is a
+// redirect to its page).
+func consoleStart(t *testing.T, base, path string, form url.Values) string {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, base+path, strings.NewReader(form.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Authorization", "Bearer "+token(t, "admin"))
+	req.Header.Set("Origin", base)
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.Do(req)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode, "%s", body)
+	loc, err := url.Parse(resp.Header.Get("Location"))
+	require.NoError(t, err)
+	require.Equal(t, "/console/job", loc.Path)
+	return loc.Query().Get("id")
+}
+
+// consoleJobStatus reads /console/job.json of a job.
+func consoleJobStatus(t *testing.T, base, id string) jobStatus {
+	t.Helper()
+	code, body := consoleDo(t, base, http.MethodGet, "/console/job.json?id="+url.QueryEscape(id), nil)
+	require.Equal(t, http.StatusOK, code, body)
+	var st jobStatus
+	require.NoError(t, json.Unmarshal([]byte(body), &st), body)
+	return st
+}
+
+// consoleJobEnd polls a job until it has ended and returns its last status.
+func consoleJobEnd(t *testing.T, base, id string) jobStatus {
+	t.Helper()
+	var st jobStatus
+	require.Eventually(t, func() bool {
+		st = consoleJobStatus(t, base, id)
+		return st.State != "running"
+	}, time.Minute, 100*time.Millisecond, "the job ended")
+	return st
+}
+
+// publishGroup puts n dead letters of ai.analyze.resume failed alike
+// ("cache: key <n> evicted") in its DLQ.
+func publishGroup(t *testing.T, ps message.Publisher, n int) []*message.Message {
+	t.Helper()
+	at := time.Now().UTC().Add(-time.Hour).Truncate(time.Second)
+	var msgs []*message.Message
+	for i := range n {
+		msgs = append(msgs, deadLetter("ai.analyze.resume", fmt.Sprintf("cache: key %d evicted", i), "transient", at))
+	}
+	for i := 0; i < n; i += 100 {
+		require.NoError(t, ps.Publish("dlq.ai.analyze.resume", msgs[i:min(i+100, n)]...))
+	}
+	return msgs
+}
+
+// A console action on a few hundred dead letters runs as a job in the
+// service: its POST answers at once with the job's page, the same action
+// posted again while it runs is the same job, the JSON endpoint shows done,
+// total, rate and errors moving, then the result; it takes the admin JWT
+// like every console page.
+func TestConsoleJobProgress(t *testing.T) {
+	base, ps, letters := consoleService(t)
+	const dlq = "dlq.ai.analyze.resume"
+	const n = 300
+	publishGroup(t, ps, n)
+	require.Eventually(t, func() bool {
+		code, body := consoleDo(t, base, http.MethodGet, "/console/dlq?queue="+dlq, nil)
+		return code == http.StatusOK && strings.Contains(body, "cache: key &lt;n&gt; evicted") && strings.Contains(body, letters[2].UUID)
+	}, 30*time.Second, 200*time.Millisecond)
+
+	form := url.Values{"queue": {dlq}, "mode": {"discard"}, "group": {"cache: key <n> evicted"}, "rate": {"100"}, "confirm": {"yes"}}
+	id := consoleStart(t, base, "/console/redrive", form)
+	assert.Equal(t, id, consoleStart(t, base, "/console/redrive", form), "the same action while it runs is the same job")
+
+	var moving []jobStatus
+	st := consoleJobStatus(t, base, id)
+	for st.State == "running" {
+		if st.Done > 0 && st.Done < n {
+			moving = append(moving, st)
+		}
+		time.Sleep(200 * time.Millisecond)
+		st = consoleJobStatus(t, base, id)
+	}
+	require.GreaterOrEqual(t, len(moving), 2, "progress seen while the job ran")
+	assert.Less(t, moving[0].Done, moving[len(moving)-1].Done, "done grows")
+	for _, m := range moving {
+		assert.Equal(t, n, m.Total)
+		assert.Positive(t, m.RatePerS)
+		assert.Zero(t, m.Errors)
+	}
+	assert.Equal(t, "done", st.State, st.Error)
+	assert.Equal(t, n, st.Done)
+	assert.Zero(t, st.Errors)
+	assert.Contains(t, st.Summary, fmt.Sprintf("%d dead letter(s): discard done", n))
+	require.Len(t, st.Results, n)
+	assert.True(t, st.Results[0].Discarded)
+
+	peek, err := app.PeekDeadLetters(context.Background(), ps, dlq, 1000)
+	require.NoError(t, err)
+	var left []string
+	for _, v := range peek.Letters {
+		left = append(left, v.ID)
+	}
+	assert.ElementsMatch(t, []string{letters[0].UUID, letters[1].UUID, letters[2].UUID}, left, "the other groups stay")
+
+	again := consoleStart(t, base, "/console/redrive", form)
+	assert.NotEqual(t, id, again, "once ended, the same action is a new job")
+	assert.Equal(t, 0, consoleJobEnd(t, base, again).Done, "nothing left to discard")
+
+	req, err := http.NewRequest(http.MethodGet, base+"/console/job.json?id="+id, nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "no token")
+	req.Header.Set("Authorization", "Bearer "+token(t, "learner"))
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode, "no admin role")
+	code, _ := consoleDo(t, base, http.MethodGet, "/console/job.json?id=nope", nil)
+	assert.Equal(t, http.StatusNotFound, code)
+}
+
+// A console action outlives its request and ends with the service: a job
+// still running at shutdown is cancelled before the broker closes, the log
+// says so, the service stops cleanly, and what the job did not reach is
+// still in the DLQ.
+func TestConsoleJobIsCancelledByShutdown(t *testing.T) {
+	var logs syncBuffer
+	base, ps, _, stop := consoleServiceLogged(t, slog.New(slog.NewJSONHandler(&logs, nil)))
+	const dlq, n = "dlq.ai.analyze.resume", 200
+	group := publishGroup(t, ps, n)
+	require.Eventually(t, func() bool {
+		code, body := consoleDo(t, base, http.MethodGet, "/console/dlq?queue="+dlq, nil)
+		return code == http.StatusOK && strings.Contains(body, "cache: key &lt;n&gt; evicted")
+	}, 30*time.Second, 200*time.Millisecond)
+	id := consoleStart(t, base, "/console/redrive", url.Values{"queue": {dlq}, "mode": {"discard"}, "group": {"cache: key <n> evicted"},
+		"rate": {"20"}, "confirm": {"yes"}})
+	require.Eventually(t, func() bool { return consoleJobStatus(t, base, id).Done >= 5 }, 30*time.Second, 100*time.Millisecond, "the job runs after its request")
+
+	require.NoError(t, stop())
+	assert.Contains(t, logs.String(), "console action cancelled by the shutdown")
+	peek, err := app.PeekDeadLetters(context.Background(), ps, dlq, 1000)
+	require.NoError(t, err)
+	left := 0
+	for _, v := range peek.Letters {
+		for _, m := range group {
+			if v.ID == m.UUID {
+				left++
+			}
+		}
+	}
+	assert.Greater(t, left, n/2, "the rest stay in the DLQ")
+	assert.Less(t, left, n, "some were discarded before the shutdown")
 }

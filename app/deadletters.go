@@ -290,7 +290,9 @@ type RedriveOptions struct {
 	// Principal is who asked (the console's JWT subject, the CLI's user);
 	// an edited copy names them.
 	Principal string
-	// Progress, when set, is called after each dead letter moved.
+	// Progress, when set, is called after each dead letter moved, with
+	// counts and time since the start of the whole redrive (the canary's
+	// included).
 	Progress func(RedriveProgress)
 }
 
@@ -352,6 +354,7 @@ func Redrive(ctx context.Context, sub message.Subscriber, pub message.Publisher,
 		return dryRun(ctx, sub, dlq, opts, target)
 	}
 	if opts.Canary {
+		began := time.Now()
 		canaryOpts := opts
 		canaryOpts.Canary, canaryOpts.Max = false, 1
 		done, err := Redrive(ctx, sub, pub, dlq, canaryOpts)
@@ -368,6 +371,14 @@ func Redrive(ctx context.Context, sub message.Subscriber, pub message.Publisher,
 		rest.Canary = false
 		if rest.Max > 0 {
 			rest.Max--
+		}
+		if opts.Progress != nil {
+			// The rest's counts and time go on from the canary's.
+			rest.Progress = func(p RedriveProgress) {
+				p.Done += len(done)
+				p.Elapsed = time.Since(began)
+				opts.Progress(p)
+			}
 		}
 		more, err := Redrive(ctx, sub, pub, dlq, rest)
 		return append(done, more...), err

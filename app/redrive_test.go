@@ -213,15 +213,26 @@ func (c *countingPublisher) Publish(topic string, msgs ...*message.Message) erro
 	return c.Publisher.Publish(topic, msgs...)
 }
 
-// On RabbitMQ a redrive without a selection goes in batches: a batch's
-// copies in one publish (confirms pipelined), then one ack for the batch.
-// --max is kept exactly (what the prefetch holds beyond it stays), and every
-// copy arrives unspent, without its history.
-func TestRedriveInBatchesOnRabbitMQ(t *testing.T) {
+// On RabbitMQ and the Postgres broker a redrive without a selection goes
+// in batches (broker.BatchReceiver): a batch's copies in one publish
+// (RabbitMQ: confirms pipelined), then one settlement for the batch (one
+// multiple ack; one statement). --max is kept exactly (what the prefetch or
+// the claim holds beyond it stays), and every copy arrives unspent, without
+// its history.
+func TestRedriveInBatches(t *testing.T) {
 	t.Parallel()
+	for _, kind := range []string{"rabbitmq", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			testRedriveInBatches(t, kind)
+		})
+	}
+}
+
+func testRedriveInBatches(t *testing.T, kind string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	ps := testbrokers.New(t, "rabbitmq", testbrokers.Scope(t, "rabbitmq"))
+	ps := testbrokers.New(t, kind, testbrokers.Scope(t, kind))
 	source := brokertest.Topic(t)
 	dlq := source + "-dlq"
 	const n = 250
@@ -267,4 +278,31 @@ func TestRedriveInBatchesOnRabbitMQ(t *testing.T) {
 	for _, l := range letters {
 		assert.True(t, seen[l.UUID], "%s arrived", l.UUID)
 	}
+}
+
+// A canary redrive reports its progress as one redrive: the rest's counts
+// and time go on from the canary's, so a progress bar or the console's job
+// page never goes back to 1.
+func TestCanaryRedriveProgressCountsOnFromTheCanary(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ps := testbrokers.New(t, "postgres", testbrokers.Scope(t, "postgres"))
+	source := brokertest.Topic(t)
+	dlq := source + "-dlq"
+	var letters []*message.Message
+	for i := range 5 {
+		letters = append(letters, deadLetter(source, fmt.Sprintf("order %d not found", i), "permanent", time.Now().UTC()))
+	}
+	publish(t, ps, source)
+	publish(t, ps, dlq, letters...)
+
+	var done []int
+	var elapsed []time.Duration
+	moved, err := app.Redrive(ctx, ps, ps, dlq, app.RedriveOptions{Canary: true, CanaryWait: time.Second, Idle: time.Second,
+		Progress: func(p app.RedriveProgress) { done, elapsed = append(done, p.Done), append(elapsed, p.Elapsed) }})
+	require.NoError(t, err)
+	require.Len(t, moved, 5)
+	assert.Equal(t, []int{1, 2, 3, 4, 5}, done)
+	assert.Greater(t, elapsed[1], time.Second, "the rest's time includes the canary's watch")
 }

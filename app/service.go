@@ -71,6 +71,9 @@ type Service struct {
 	// counts (the queue gauges, the console).
 	top    topology.Topology
 	counts *queueCounts
+	// consoleJobs runs the console's redrives; nil without an admin
+	// server.
+	consoleJobs *consoleJobs
 }
 
 // builtSpec is one enabled spec's parts and the listeners of its servers.
@@ -500,6 +503,10 @@ func (s *Service) workers() []spec.Worker {
 	}
 	for _, b := range s.specs {
 		ws = append(ws, b.parts.Workers...)
+	}
+	if s.consoleJobs != nil {
+		// Stopped with the workers: before the broker closes.
+		ws = append(ws, spec.Worker{Name: "console actions", Run: s.consoleJobs.Run})
 	}
 	return ws
 }

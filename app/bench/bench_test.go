@@ -32,7 +32,7 @@ func pairs(tb testing.TB, m mode, wanted func(id string) bool) []pair {
 		{[]string{"SQS", "R7"}, func() []pair { return sqsPairs(tb, m, sq()) }},
 		{[]string{"R5", "R6"}, func() []pair { return outboxPairs(tb, m, rabbit(), sq()) }},
 		{[]string{"SC"}, func() []pair { return scalePairs(tb, m, rabbit(), pg(), sq()) }},
-		{[]string{"RD"}, func() []pair { return []pair{redrivePair(tb, m, rabbit())} }},
+		{[]string{"RD"}, func() []pair { return redrivePairs(tb, m, rabbit(), pg()) }},
 	} {
 		if slices.ContainsFunc(g.ids, wanted) {
 			out = append(out, g.build()...)

@@ -223,7 +223,8 @@ import (
 )
 
 // PubSub is the PostgreSQL broker. It implements broker.PubSub, broker.Pinger,
-// broker.NackDelayer, broker.QueueStatter and message.SubscribeInitializer.
+// broker.NackDelayer, broker.QueueStatter, broker.Peeker, broker.BatchReceiver
+// and message.SubscribeInitializer.
 type PubSub struct {
 	cfg    Config
 	logger watermill.LoggerAdapter
