@@ -174,6 +174,9 @@ func newService(ctx context.Context, cfg config.Config, logger *slog.Logger, mod
 		NackDelay: NacksWithDelay(ps),
 		Tracer:    tp,
 		Drain:     s.drain,
+		// A crash-looped message that was processed is acked, not
+		// dead-lettered.
+		Inbox: s.inbox,
 		// messaging.system on every consumer span.
 		MessagingSystem: cfg.Broker.Kind,
 	}

@@ -26,10 +26,19 @@ type Deps struct {
 	// MessagingSystem is the broker kind (config.Kind*), on every consumer
 	// span as messaging.system (MessagingSystem); none when empty.
 	MessagingSystem string
+	// Inbox, when set, is asked whether a message delivered MaxAttempts
+	// times without an outcome was processed after all (Policy.Seen), for
+	// routes that name their InboxConsumer and MessageID.
+	Inbox Seer
 	// Drain, when set, ends in-flight handlers' contexts instead of their
 	// subscriptions (Drain): the root cancels it when the shutdown timeout
 	// is over.
 	Drain context.Context
+}
+
+// Seer tells whether a message's effect has committed (inbox.Store).
+type Seer interface {
+	Seen(ctx context.Context, consumer, messageID string) (bool, error)
 }
 
 // Chain returns the middleware of one route, in the one order they run,
@@ -64,6 +73,15 @@ func Chain(d Deps, r route.Route) []message.HandlerMiddleware {
 		NackDelay: d.NackDelay,
 		Logger:    d.Logger,
 		Metrics:   d.Metrics,
+	}
+	if d.Inbox != nil && r.InboxConsumer != "" && r.MessageID != nil {
+		policy.Seen = func(ctx context.Context, payload []byte) (bool, error) {
+			id := r.MessageID(payload)
+			if id == "" {
+				return false, nil
+			}
+			return d.Inbox.Seen(ctx, r.InboxConsumer, id)
+		}
 	}
 	if d.Metrics != nil {
 		policy.retried = d.Metrics.Retried.WithLabelValues(r.Queue, r.Name)

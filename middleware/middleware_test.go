@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/inbox"
 	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/route"
@@ -167,4 +170,40 @@ func TestObserveCountsPerQueueAndHandler(t *testing.T) {
 	assert.Equal(t, 3.0, testutil.ToFloat64(m.Handled.WithLabelValues("queue-a", "handler-a")))
 	assert.Equal(t, 4.0, testutil.ToFloat64(m.Handled.WithLabelValues("queue-b", "handler-b")))
 	assert.Equal(t, 0.0, testutil.ToFloat64(m.Handled.WithLabelValues("", "")))
+}
+
+// The chain asks the root's inbox (Deps.Inbox) about a message delivered
+// MaxAttempts times without an outcome, for a route that names its inbox
+// consumer and message id: one whose marker is committed is acked, one
+// without is dead-lettered, and a route that names no consumer is never
+// asked about.
+func TestChainAcksACrashLoopedMessageItsInboxHasSeen(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ib := inbox.NewMemory()
+	require.NoError(t, ib.Process(ctx, "worker", "done-1", func(context.Context) error { return nil }))
+	idOf := func(payload []byte) string { return strings.TrimPrefix(string(payload), "id:") }
+	run := func(r route.Route, payload string) (dead int, err error) {
+		dlq := &recordingPublisher{}
+		r.Policy = fastPolicy()
+		chain := middleware.Chain(middleware.Deps{Logger: slog.New(slog.DiscardHandler), Metrics: middleware.NewMetrics(prometheus.NewRegistry()), Publisher: dlq, Inbox: ib}, r)
+		h := wrap(chain, func(*message.Message) ([]*message.Message, error) {
+			t.Fatal("the handler must not run again")
+			return nil, nil
+		})
+		msg := withRoute(message.NewMessage("m", []byte(payload)))
+		msg.Metadata.Set(metadata.AttemptKey, strconv.Itoa(fastPolicy().MaxAttempts))
+		_, err = h(msg)
+		return len(dlq.published("dlq")), err
+	}
+	withInbox := route.Route{InboxConsumer: "worker", MessageID: idOf}
+	dead, err := run(withInbox, "id:done-1")
+	require.NoError(t, err)
+	assert.Zero(t, dead, "processed: acked without a dead letter")
+	dead, err = run(withInbox, "id:other")
+	require.NoError(t, err)
+	assert.Equal(t, 1, dead, "not processed: dead-lettered")
+	dead, err = run(route.Route{MessageID: idOf}, "id:done-1")
+	require.NoError(t, err)
+	assert.Equal(t, 1, dead, "no inbox consumer named: dead-lettered as before")
 }

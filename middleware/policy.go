@@ -39,7 +39,8 @@ const MaxReasonBytes = 1024
 //
 // A message delivered with MaxAttempts earlier attempts already (its
 // consumers crashed or timed out each time — a poison message) is
-// dead-lettered without running the handler again, and so is one whose body
+// dead-lettered without running the handler again, unless Seen says its
+// effect committed (acknowledged as a duplicate then), and so is one whose body
 // exceeds broker.MaxPayloadBytes (from a foreign publisher: ours refuse them).
 type Policy struct {
 	Route route.Policy
@@ -51,6 +52,12 @@ type Policy struct {
 	NackDelay bool
 	Logger    *slog.Logger
 	Metrics   *Metrics // optional
+	// Seen, when set, reports whether the effect of the message with this
+	// body has committed (the route's inbox marker). A message delivered
+	// MaxAttempts times without an outcome is acknowledged as a duplicate
+	// when it has, not dead-lettered: its last attempt did the work and its
+	// consumer died before settling it.
+	Seen func(ctx context.Context, payload []byte) (bool, error)
 
 	// retried is Metrics.Retried of the route's queue and handler, when
 	// Chain knows them; otherwise they are read from each message's context.
@@ -73,6 +80,17 @@ func (p Policy) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			return nil, p.deadLetter(ctx, msg, earlier+1, failure.Permanent, err, firstFailure)
 		}
 		if earlier >= p.Route.MaxAttempts {
+			if p.Seen != nil {
+				seen, err := p.Seen(ctx, msg.Payload)
+				if err != nil {
+					// Not known: dead-lettering might shelve a message
+					// that only waits for its answer. It comes back.
+					return nil, fmt.Errorf("delivered %d times without an outcome; whether it was processed is not known: %w", earlier, err)
+				}
+				if seen {
+					return nil, failure.AsDuplicate(fmt.Errorf("delivered %d times without an outcome, but its effect is committed: only its settlement was lost", earlier))
+				}
+			}
 			err := fmt.Errorf("delivered %d times without an outcome (its consumer crashed or timed out each time)", earlier)
 			return nil, p.deadLetter(ctx, msg, earlier, failure.Transient, err, firstFailure)
 		}

@@ -292,3 +292,51 @@ func TestPolicyDeadLettersOversizedPayloads(t *testing.T) {
 	assert.Equal(t, "permanent", info.Class)
 	assert.NoError(t, broker.CheckPayloads(dl), "a dead letter may carry what arrived")
 }
+
+// A message delivered MaxAttempts times without an outcome is dead-lettered
+// without running its handler, unless its effect committed (its inbox
+// marker, Policy.Seen): then its last attempt did the work and only the
+// settlement was lost, so it is acknowledged as a duplicate. When the inbox
+// cannot say, it is neither: the error nacks it and it comes back.
+func TestPolicyCrashLoopedMessageThatWasProcessedIsAcked(t *testing.T) {
+	t.Parallel()
+	errDown := errors.New("inbox: connection refused")
+	cases := []struct {
+		name       string
+		seen       func(context.Context, []byte) (bool, error)
+		deadLetter bool
+		duplicate  bool
+		wantErr    error
+	}{
+		{name: "no inbox", seen: nil, deadLetter: true},
+		{name: "not processed", seen: func(context.Context, []byte) (bool, error) { return false, nil }, deadLetter: true},
+		{name: "processed", seen: func(context.Context, []byte) (bool, error) { return true, nil }, duplicate: true},
+		{name: "inbox down", seen: func(context.Context, []byte) (bool, error) { return false, errDown }, wantErr: errDown},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			pub := &recordingPublisher{}
+			pol := middleware.Policy{Route: policyFor(route.Broker, route.FailUntilMax), Publisher: pub, Logger: slog.New(slog.DiscardHandler), Seen: c.seen}
+			msg := message.NewMessage("msg-1", []byte(`{"id":"r-1"}`))
+			msg.Metadata.Set(metadata.AttemptKey, "3")
+			msg.SetContext(context.Background())
+			called := false
+			_, err := pol.Middleware(func(*message.Message) ([]*message.Message, error) {
+				called = true
+				return nil, nil
+			})(msg)
+			assert.False(t, called, "the handler does not run a fourth time")
+			assert.Equal(t, c.deadLetter, len(pub.published("work-dlq")) == 1, "dead-lettered")
+			switch {
+			case c.duplicate:
+				assert.Equal(t, failure.Duplicate, failure.Of(err), "acknowledged as a duplicate: %v", err)
+			case c.wantErr != nil:
+				require.ErrorIs(t, err, c.wantErr)
+				assert.NotEqual(t, failure.Duplicate, failure.Of(err))
+			default:
+				assert.NoError(t, err)
+			}
+		})
+	}
+}

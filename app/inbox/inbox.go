@@ -46,6 +46,12 @@ type Store interface {
 	// ErrLeased, with the lease's time left as its retry-after. The lease
 	// is renewed until Release. Process commits the marker afterwards.
 	Lease(ctx context.Context, consumer, messageID string, ttl time.Duration) (*Lease, error)
+	// Seen reports whether (consumer, messageID)'s marker is committed:
+	// its effect happened. The policy asks it before dead-lettering a
+	// message whose consumers crashed or timed out at every attempt
+	// (middleware.Policy), so that one whose last attempt committed and
+	// only its settlement was lost is acknowledged instead.
+	Seen(ctx context.Context, consumer, messageID string) (bool, error)
 	// Cleanup deletes markers older than ttl and returns how many. ttl must
 	// exceed the longest time a message can still be redelivered (retries,
 	// DLQ redrive), or a late redelivery takes effect twice.

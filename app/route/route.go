@@ -49,6 +49,13 @@ type Route struct {
 	// event_id), or "". `eventpipe publish` uses it as the message id, so
 	// the transport id and the body's id agree.
 	MessageID func(payload []byte) string
+	// InboxConsumer is the inbox consumer name the handler deduplicates
+	// under (inbox.Store), when it keys its marker by MessageID's id. With
+	// both set, a message delivered MaxAttempts times without an outcome
+	// (its consumers crashed or timed out each time) whose marker is there
+	// is acknowledged as a duplicate instead of dead-lettered: its last
+	// attempt committed and only the settlement was lost.
+	InboxConsumer string
 	// Concurrency is the most messages of the queue the route handles at
 	// once. 0, the default, is as many as the broker holds unsettled for one
 	// consumer: the queue's batch size in its topology (RabbitMQ's prefetch,

@@ -88,8 +88,9 @@ func (h Handlers) Routes() route.Set {
 		Policy:   h.Policy(),
 		// The spec names none: one insert, well under SQS's default 30 s
 		// visibility, which holds the session's FIFO group meanwhile.
-		Timeout:   20 * time.Second,
-		MessageID: messageIDOf,
+		Timeout:       20 * time.Second,
+		MessageID:     messageIDOf,
+		InboxConsumer: Consumer,
 	}}
 }
 

@@ -102,6 +102,7 @@ func (h Handlers) Routes() route.Set {
 			}
 			return env.EventID
 		},
+		InboxConsumer: Consumer,
 	}}
 	if h.Objects != nil {
 		set = append(set, h.ingestRoute())

@@ -79,6 +79,8 @@ func (c Consumer) Route() route.Route {
 			}
 			return e.MessageID
 		},
+		// The AI worker and Core mark a request under the route's name.
+		InboxConsumer: c.Name,
 	}
 }
 
