@@ -120,3 +120,93 @@ func TestShutdownLetsInFlightHandlersFinish(t *testing.T) {
 		})
 	}
 }
+
+// SIGTERM with a handler that outlives serve.shutdown_timeout (a model call
+// of minutes): its context is cancelled at the timeout, the handler returns,
+// its message goes back to the queue and is delivered again, and Run returns
+// nil, a clean exit: nothing was lost, the next consumer does the work
+// (RELIABILITY finding 18). A handler that ignores its cancellation makes Run
+// fail, after a grace, naming it.
+func TestShutdownTimeoutCancelsHandlersAndGivesTheirMessagesBack(t *testing.T) {
+	for _, kind := range []string{config.KindRabbitMQ, config.KindPostgres} {
+		for _, stubborn := range []bool{false, true} {
+			name := kind
+			if stubborn {
+				name += "/handler ignores its context"
+			}
+			t.Run(name, func(t *testing.T) {
+				cfg := config.Defaults()
+				cfg.Broker.Kind = kind
+				cfg.Admin.Addr = ""
+				cfg.Serve.ShutdownTimeout = time.Second
+				cfg.Serve.ConnectTimeout = 30 * time.Second
+				if kind == config.KindRabbitMQ {
+					cfg.RabbitMQ.URL = testenv.RabbitMQURL(t)
+				} else {
+					cfg.Postgres.DSN = testenv.PostgresDSN(t)
+				}
+				work := "drain-slow-" + strings.ToLower(watermill.NewShortUUID())
+				started, stop := make(chan string, 1), make(chan struct{})
+				defer close(stop)
+				mod := spec.Module{
+					Name:    "drain-test",
+					Enabled: func(config.Config) bool { return true },
+					Catalog: func() route.Set { return nil },
+					Build: func(_ context.Context, d spec.Deps) (spec.Parts, error) {
+						return spec.Parts{Routes: route.Set{{Name: "drain-slow", Queue: work, Timeout: time.Hour,
+							Policy: route.Policy{MaxAttempts: 3, Redelivery: route.Broker, OnPermanent: route.Drop,
+								Backoff: route.Backoff{Initial: 100 * time.Millisecond, Multiplier: 2, Max: time.Second}},
+							Handle: func(msg *message.Message) error {
+								started <- msg.UUID
+								if stubborn {
+									<-stop
+									return nil
+								}
+								<-msg.Context().Done() // a call far longer than the shutdown timeout
+								return msg.Context().Err()
+							}}}}, nil
+					},
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				svc, err := app.NewWithModules(ctx, cfg, slog.New(slog.DiscardHandler), []spec.Module{mod})
+				require.NoError(t, err)
+				done := make(chan error, 1)
+				go func() { done <- svc.Run(ctx) }()
+				msg := message.NewMessage(watermill.NewUUID(), []byte(`{"n":1}`))
+				require.NoError(t, svc.Publisher().Publish(work, msg))
+				select {
+				case <-started:
+				case <-time.After(60 * time.Second):
+					require.FailNow(t, "the handler never started")
+				}
+
+				cancel() // SIGTERM
+				select {
+				case err := <-done:
+					if stubborn {
+						require.ErrorContains(t, err, "still running")
+						return
+					}
+					require.NoError(t, err, "handlers cancelled at the timeout are a clean exit")
+				case <-time.After(60 * time.Second):
+					require.FailNow(t, "Run did not return after the shutdown timeout")
+				}
+				probe, err := app.NewBroker(context.Background(), cfg, slog.New(slog.DiscardHandler))
+				require.NoError(t, err)
+				defer func() { _ = probe.Close() }()
+				subCtx, stopSub := context.WithCancel(context.Background())
+				defer stopSub()
+				back, err := probe.Subscribe(subCtx, work)
+				require.NoError(t, err)
+				select {
+				case m := <-back:
+					assert.Equal(t, msg.UUID, m.UUID, "the cancelled message is delivered again")
+					m.Ack()
+				case <-time.After(30 * time.Second):
+					require.FailNow(t, "the message cancelled at the shutdown timeout never came back")
+				}
+			})
+		}
+	}
+}

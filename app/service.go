@@ -67,6 +67,9 @@ type Service struct {
 	// timeout is over (middleware.Drain).
 	drain       context.Context
 	cancelDrain context.CancelFunc
+	// running counts the handlers in flight, for the shutdown to wait for
+	// the ones it cancelled.
+	running middleware.Running
 	// top is the enabled specs' topology; counts its queues' latest
 	// counts (the queue gauges, the console).
 	top    topology.Topology
@@ -174,6 +177,7 @@ func newService(ctx context.Context, cfg config.Config, logger *slog.Logger, mod
 		NackDelay: NacksWithDelay(ps),
 		Tracer:    tp,
 		Drain:     s.drain,
+		Running:   &s.running,
 		// A crash-looped message that was processed is acked, not
 		// dead-lettered.
 		Inbox: s.inbox,
@@ -405,11 +409,17 @@ func (s *Service) AdminAddr() string {
 	return s.admin.Addr().String()
 }
 
+// cancelledHandlerGrace is how long shutdown waits for the handlers it
+// cancelled at serve.shutdown_timeout to return and settle their messages.
+const cancelledHandlerGrace = 5 * time.Second
+
 // Run consumes until ctx ends, then drains in order: intake stops — the
 // specs' intake servers (gateways) first, then the router's — and in-flight
 // messages finish (up to serve.shutdown_timeout); then the specs' workers
 // stop; then the other HTTP servers, the broker and the database close. It
-// returns nil after a clean shutdown.
+// returns nil after a clean shutdown, also when handlers still running at
+// the shutdown timeout were cancelled (logged; their messages are nacked and
+// delivered again), and an error when a cancelled handler does not return.
 func (s *Service) Run(ctx context.Context) error {
 	servers, err := s.startServers(ctx)
 	if err != nil {
@@ -459,10 +469,22 @@ func (s *Service) Run(ctx context.Context) error {
 		// Close stops intake and waits up to serve.shutdown_timeout for the
 		// in-flight handlers, whose contexts live on until then (their
 		// publishes still go out: the broker stays open).
-		if err := s.router.Close(); err != nil {
-			runErr = fmt.Errorf("router close: %w", err)
+		timedOut := s.router.Close() != nil
+		if timedOut {
+			s.logger.Warn("shutdown timeout passed with messages still being handled: cancelling their handlers; the messages go back to their queues and are delivered again",
+				slog.Int64("handlers", s.running.Count()), slog.Duration("timeout", s.cfg.Serve.ShutdownTimeout))
 		}
 		s.cancelDrain()
+		if timedOut {
+			// Their nacks (and the broker's redelivery) need the broker
+			// open: it closes only once they returned, or after the grace.
+			grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelledHandlerGrace)
+			if !s.running.Wait(grace) {
+				runErr = fmt.Errorf("shutdown: %d handler(s) still running %s after their cancellation (a handler that ignores its context); their messages are redelivered once the broker sees this process gone",
+					s.running.Count(), cancelledHandlerGrace)
+			}
+			cancel()
+		}
 		if err := <-routerErr; err != nil && runErr == nil {
 			runErr = fmt.Errorf("router: %w", err)
 		}

@@ -34,6 +34,9 @@ type Deps struct {
 	// subscriptions (Drain): the root cancels it when the shutdown timeout
 	// is over.
 	Drain context.Context
+	// Running, when set with Drain, counts the handlers running, for the
+	// shutdown to wait for the ones it cancelled.
+	Running *Running
 }
 
 // Seer tells whether a message's effect has committed (inbox.Store).
@@ -88,7 +91,7 @@ func Chain(d Deps, r route.Route) []message.HandlerMiddleware {
 	}
 	var chain []message.HandlerMiddleware
 	if d.Drain != nil {
-		chain = append(chain, Drain(d.Drain))
+		chain = append(chain, Drain(d.Drain, d.Running))
 	}
 	chain = append(chain, CorrelationFrom(r.TraceID), Tracing(d.Tracer, d.tracingAttrs()...), observeRoute(d.Logger, d.Metrics, r.Queue, r.Name), policy.Middleware)
 	if !r.Binary {

@@ -2,6 +2,8 @@ package middleware
 
 import (
 	"context"
+	"sync/atomic"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 )
@@ -14,13 +16,41 @@ import (
 // Without it a SIGTERM cancels every in-flight handler at once, so work that
 // fitted easily in the shutdown timeout is requeued and its answer (a
 // callback, a follow-up) is never sent.
-func Drain(drain context.Context) message.HandlerMiddleware {
+//
+// running, when not nil, counts the handlers inside it, so that shutdown can
+// tell how many it cancelled and wait for them to return (Running.Wait).
+func Drain(drain context.Context, running *Running) message.HandlerMiddleware {
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
+			if running != nil {
+				running.n.Add(1)
+				defer running.n.Add(-1)
+			}
 			msg.SetContext(drained{Context: drain, values: context.WithoutCancel(msg.Context())})
 			return h(msg)
 		}
 	}
+}
+
+// Running counts the handlers running inside Drain.
+type Running struct{ n atomic.Int64 }
+
+// Count is how many handlers run now.
+func (r *Running) Count() int64 { return r.n.Load() }
+
+// Wait returns true once no handler runs, false if ctx ends first. It polls:
+// it is for shutdown, not for the hot path.
+func (r *Running) Wait(ctx context.Context) bool {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for r.n.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return r.n.Load() == 0
+		case <-t.C:
+		}
+	}
+	return true
 }
 
 // drained is a delivery's context that ends with drain: its Deadline, Done

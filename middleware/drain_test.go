@@ -26,7 +26,7 @@ func TestDrainOutlivesTheDeliveryUntilDrainEnds(t *testing.T) {
 	defer endDelivery()
 
 	running, ended := make(chan struct{}), make(chan error, 1)
-	h := middleware.Drain(drain)(middleware.Timeout(time.Hour)(func(msg *message.Message) ([]*message.Message, error) {
+	h := middleware.Drain(drain, nil)(middleware.Timeout(time.Hour)(func(msg *message.Message) ([]*message.Message, error) {
 		ctx := msg.Context()
 		assert.Equal(t, "kept", ctx.Value(drainKey{}), "the delivery's values")
 		close(running)
@@ -69,7 +69,7 @@ func TestDrainContextIsLiveBeforeDrainEnds(t *testing.T) {
 	endDelivery()
 	msg := message.NewMessage(watermill.NewUUID(), nil)
 	msg.SetContext(delivery)
-	_, err := middleware.Drain(drain)(func(msg *message.Message) ([]*message.Message, error) {
+	_, err := middleware.Drain(drain, nil)(func(msg *message.Message) ([]*message.Message, error) {
 		ctx := msg.Context()
 		require.NoError(t, ctx.Err())
 		require.NoError(t, context.Cause(ctx))
