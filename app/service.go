@@ -189,6 +189,9 @@ func newService(ctx context.Context, cfg config.Config, logger *slog.Logger, mod
 	// router gets one it cannot close (closeResources closes the broker last).
 	sub := unclosable{ps}
 	for _, r := range s.routes {
+		if limit := cfg.Serve.MaxConcurrency; limit > 0 && (r.Concurrency == 0 || r.Concurrency > limit) {
+			r.Concurrency = limit
+		}
 		if err := AddRoute(router, sub, chain, r); err != nil {
 			s.closeResources()
 			return nil, err

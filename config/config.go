@@ -606,6 +606,14 @@ type Serve struct {
 	// ConnectTimeout is how long serve keeps retrying an unreachable broker
 	// at start. Default 0s: retry until interrupted.
 	ConnectTimeout time.Duration `yaml:"connect_timeout" env:"CONNECT_TIMEOUT" doc:"How long serve retries an unreachable broker at start; 0s retries until interrupted."`
+	// MaxConcurrency caps how many messages one route handles at once.
+	// Default 0: no cap, each route handles as many as its broker holds
+	// unsettled for it (the queue's batch_size in its topology, else
+	// rabbitmq.prefetch, sqs.batch_size × sqs.workers, postgres' claim
+	// batch), or fewer where the route's code says so. Ordered (FIFO)
+	// queues handle one message at a time per group whatever it says; 1
+	// handles every queue one message at a time. At least 0.
+	MaxConcurrency int `yaml:"max_concurrency" env:"MAX_CONCURRENCY" doc:"Most messages one route handles at once; 0 lets each route take as many as its broker holds for it (the queue's topology batch_size, else the broker's prefetch/batch). FIFO queues stay one at a time per group."`
 }
 
 // Demo configures the demo route: a publisher and a handler that show

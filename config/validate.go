@@ -262,6 +262,8 @@ func (c Config) Validate() error {
 		ps.add("serve.connect_timeout", "must not be negative, got %s (0s retries until interrupted)", c.Serve.ConnectTimeout)
 	}
 
+	atLeast(&ps, "serve.max_concurrency", c.Serve.MaxConcurrency, 0)
+
 	positive(&ps, "demo.interval", c.Demo.Interval)
 
 	oneOf(&ps, "telemetry.exporter", c.Telemetry.Exporter, ExporterNone, ExporterStdout, ExporterOTLP)
