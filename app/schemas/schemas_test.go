@@ -113,17 +113,17 @@ func TestCheckNamesTheField(t *testing.T) {
 	require.NoError(t, err)
 	m := c.ByQueue("q")[0]
 	for body, want := range map[string]string{
-		`{"id":"a","body":{}}`:                              "field body.n: required",
-		`{"body":{"n":1}}`:                                  "field id: required",
-		`{"id":"a","body":{"n":"secret-value"}}`:            "field body.n: want integer, got string",
-		`{"id":"a","body":{"n":0}}`:                         "field body.n: must be >= 1",
-		`{"id":"a","body":{"n":1,"k":" "}}`:                 "field body.k: must not be empty or blank",
-		`{"id":"a","body":{"n":1,"k":"a/../b"}}`:            `field body.k: must not match "\\.\\."`,
-		`{"id":"a","body":{"n":1,"e":"C"}}`:                 "field body.e: must be one of A, B",
-		`{"id":"a","body":{"n":1,"l":["x",2]}}`:             "field body.l[1]: want string, got number",
-		`[]`:                                                "body: want object, got array",
-		`{"id":"a","body":{"n":1},"zz":1}`:                  "field zz: unknown field",
-		`{`:                                                 "body: not JSON",
+		`{"id":"a","body":{}}`:                   "field body.n: required",
+		`{"body":{"n":1}}`:                       "field id: required",
+		`{"id":"a","body":{"n":"secret-value"}}`: "field body.n: want integer, got string",
+		`{"id":"a","body":{"n":0}}`:              "field body.n: must be >= 1",
+		`{"id":"a","body":{"n":1,"k":" "}}`:      "field body.k: must not be empty or blank",
+		`{"id":"a","body":{"n":1,"k":"a/../b"}}`: `field body.k: must not match "\\.\\."`,
+		`{"id":"a","body":{"n":1,"e":"C"}}`:      "field body.e: must be one of A, B",
+		`{"id":"a","body":{"n":1,"l":["x",2]}}`:  "field body.l[1]: want string, got number",
+		`[]`:                                     "body: want object, got array",
+		`{"id":"a","body":{"n":1},"zz":1}`:       "field zz: unknown field",
+		`{`:                                      "body: not JSON",
 	} {
 		mode := Lenient
 		if want == "field zz: unknown field" {
