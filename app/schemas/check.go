@@ -83,7 +83,7 @@ func (e *InvalidError) Error() string {
 func (m Message) Check(body []byte, mode Mode) error {
 	v, err := decodeJSON(body)
 	if err != nil {
-		return &InvalidError{Message: m.Name, Mode: mode, Problems: []FieldError{{Reason: "not JSON"}}}
+		return &InvalidError{Message: m.Name, Mode: mode, Problems: []FieldError{{Reason: "not JSON: " + err.Error()}}}
 	}
 	return m.CheckValue(v, mode)
 }
@@ -152,12 +152,12 @@ func (m Message) reason(e *jsonschema.ValidationError) string {
 		if k.Want == `\S` {
 			return "must not be empty or blank"
 		}
-		return "must match " + strconv.Quote(k.Want)
+		return "must match " + strconv.Quote(k.Want) + m.described(e)
 	case *kind.Not:
 		if p, ok := m.subschema(e.SchemaURL)["not"].(map[string]any)["pattern"].(string); ok {
-			return "must not match " + strconv.Quote(p)
+			return "must not match " + strconv.Quote(p) + m.described(e)
 		}
-		return "has a form the schema refuses"
+		return "has a form the schema refuses" + m.described(e)
 	case *kind.MinLength:
 		return fmt.Sprintf("shorter than %d characters", k.Want)
 	case *kind.MaxLength:
@@ -179,6 +179,15 @@ func (m Message) reason(e *jsonschema.ValidationError) string {
 	default:
 		return "fails " + strings.Join(e.ErrorKind.KeywordPath(), "/")
 	}
+}
+
+// described is " (the schema's description)" of the failing value's
+// schema, or "": it says in words what a pattern says in symbols.
+func (m Message) described(e *jsonschema.ValidationError) string {
+	if d, ok := m.subschema(e.SchemaURL)["description"].(string); ok && d != "" {
+		return " (" + strings.TrimSuffix(d, ".") + ")"
+	}
+	return ""
 }
 
 // subschema returns the bundled schema's object at the JSON pointer of a

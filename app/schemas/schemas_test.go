@@ -123,7 +123,7 @@ func TestCheckNamesTheField(t *testing.T) {
 		`{"id":"a","body":{"n":1,"l":["x",2]}}`:  "field body.l[1]: want string, got number",
 		`[]`:                                     "body: want object, got array",
 		`{"id":"a","body":{"n":1},"zz":1}`:       "field zz: unknown field",
-		`{`:                                      "body: not JSON",
+		`{`:                                      "body: not JSON: unexpected EOF",
 	} {
 		mode := Lenient
 		if want == "field zz: unknown field" {
