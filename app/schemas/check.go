@@ -49,6 +49,9 @@ func (c Catalog) Part(spec, file string) (Message, bool) {
 // must not be logged.
 type FieldError struct {
 	Field, Reason string
+	// Keyword is the JSON Schema keyword that failed ("required",
+	// "pattern", "format", "const", ...), for a caller that waives one.
+	Keyword string
 }
 
 // String is "field X: reason".
@@ -75,6 +78,22 @@ func (e *InvalidError) Error() string {
 		out[i] = p.String()
 	}
 	return strings.Join(out, "; ")
+}
+
+// Without returns e without the problems waive accepts, or nil when none is
+// left: a consumer more lenient than the contract where its spec allows
+// (each waiver named by its caller).
+func (e *InvalidError) Without(waive func(FieldError) bool) error {
+	var left []FieldError
+	for _, p := range e.Problems {
+		if !waive(p) {
+			left = append(left, p)
+		}
+	}
+	if len(left) == 0 {
+		return nil
+	}
+	return &InvalidError{Message: e.Message, Mode: e.Mode, Problems: left}
 }
 
 // Check validates body against the message's schema and returns nil or an
@@ -106,6 +125,7 @@ func (m Message) CheckValue(v any, mode Mode) error {
 		}
 		return strings.Compare(a.Reason, b.Reason)
 	})
+	// allOf branches may repeat one objection.
 	return &InvalidError{Message: m.Name, Mode: mode, Problems: slices.Compact(problems)}
 }
 
@@ -126,14 +146,18 @@ func (m Message) leaves(e *jsonschema.ValidationError, out *[]FieldError) {
 	switch k := e.ErrorKind.(type) {
 	case *kind.Required:
 		for _, f := range k.Missing {
-			*out = append(*out, FieldError{Field: join(at, f), Reason: "required"})
+			*out = append(*out, FieldError{Field: join(at, f), Reason: "required", Keyword: "required"})
 		}
 	case *kind.AdditionalProperties:
 		for _, f := range k.Properties {
-			*out = append(*out, FieldError{Field: join(at, f), Reason: "unknown field"})
+			*out = append(*out, FieldError{Field: join(at, f), Reason: "unknown field", Keyword: "additionalProperties"})
 		}
 	default:
-		*out = append(*out, FieldError{Field: at, Reason: m.reason(e)})
+		var kw string
+		if path := e.ErrorKind.KeywordPath(); len(path) > 0 {
+			kw = path[0]
+		}
+		*out = append(*out, FieldError{Field: at, Reason: m.reason(e), Keyword: kw})
 	}
 }
 
