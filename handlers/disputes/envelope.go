@@ -12,7 +12,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/oklog/ulid/v2"
 
-	"github.com/eventpipe/eventpipe/app/jsonfields"
 	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/app/schemas"
 )
@@ -271,23 +270,4 @@ func traceIDOf(msg *message.Message) string {
 		return ""
 	}
 	return w.TraceID
-}
-
-// --- JSON helpers ---------------------------------------------------------
-
-// object splits a JSON object into its fields; anything else is invalid.
-func object(b []byte, what string) (map[string]json.RawMessage, error) {
-	fields, err := jsonfields.Object(b, what)
-	if err != nil {
-		return nil, invalid("%s", err)
-	}
-	return fields, nil
-}
-
-func str(fields map[string]json.RawMessage, key string, required bool) (string, error) {
-	s, err := jsonfields.String(fields, key, required)
-	if err != nil {
-		return "", invalid("%s", err)
-	}
-	return s, nil
 }
