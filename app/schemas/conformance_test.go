@@ -195,7 +195,6 @@ type mutation struct {
 	body []byte
 }
 
-
 func pathString(path []any) string {
 	var b strings.Builder
 	b.WriteString("$")
