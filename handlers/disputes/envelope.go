@@ -150,7 +150,7 @@ func Decode(body []byte) (Envelope, error) {
 func decode(body []byte, mode schemas.Mode) (Envelope, any, error) {
 	v, err := schemas.Decode(body)
 	if err != nil {
-		return Envelope{}, nil, invalid("body: not a JSON object: %v", err)
+		return Envelope{}, nil, invalid("body is not a JSON object: %v", err)
 	}
 	cat, err := schemas.Default()
 	if err != nil {

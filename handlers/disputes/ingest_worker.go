@@ -85,7 +85,7 @@ type S3Event struct {
 func DecodeS3Notification(body []byte) (S3Event, error) {
 	v, err := schemas.Decode(body)
 	if err != nil {
-		return S3Event{}, invalid("body: not a JSON object: %v", err)
+		return S3Event{}, invalid("body is not a JSON object: %v", err)
 	}
 	cat, err := schemas.Default()
 	if err != nil {
