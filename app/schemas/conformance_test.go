@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -167,17 +166,10 @@ func consumerDecode(t *testing.T, queue string, body []byte) error {
 // knownDifference says why Go and the schema may disagree on a mutation of
 // f, or "" when they must not.
 func knownDifference(f fixture, mu mutation, goAccepts bool) string {
-	stackup := !slices.Contains([]string{interviews.InterviewCompletedQueue, interviews.ReportGenerateQueue,
-		disputes.DomainEventsQueue, disputes.IngestQueue, booking.Queue, joinlink.Queue}, f.queue)
-	last := ""
-	if len(mu.path) > 0 {
-		last = fmt.Sprint(mu.path[len(mu.path)-1])
-	}
+	// The StackUp check reads the body with the schema itself since the
+	// consumers do (decision 0030): encoding/json's null-as-zero and the
+	// empty status are no longer differences.
 	switch {
-	case stackup && goAccepts && mu.what == "null "+mu.pathString() && !goNullable(f.body, mu.path):
-		return "encoding/json reads null into a non-pointer Go field as its zero value; the contract keeps the field non-null"
-	case stackup && goAccepts && mu.what == "empty "+mu.pathString() && last == "status":
-		return "the StackUp Go check reads an empty status as none"
 	case f.queue == booking.Queue && !goAccepts && !derivedID(mu.body):
 		return "eventId must be deriveEventId of the event: a hash no schema can compute"
 	}
@@ -195,54 +187,6 @@ func derivedID(body []byte) bool {
 	return err != nil || id == ev.EventID
 }
 
-// goNullable reports whether the Go type a StackUp body decodes into holds
-// null at path as something other than a zero value (a pointer, a map, a
-// slice of those, json.RawMessage).
-func goNullable(body []byte, path []any) bool {
-	var probe struct {
-		MessageType string `json:"messageType"`
-	}
-	_ = json.Unmarshal(body, &probe)
-	typ := reflect.TypeOf(envelope.Envelope{})
-	for _, p := range path {
-		for typ.Kind() == reflect.Pointer {
-			typ = typ.Elem()
-		}
-		switch typ.Kind() {
-		case reflect.Struct:
-			name, _ := p.(string)
-			if typ == reflect.TypeOf(envelope.Envelope{}) && name == "payload" {
-				ct, ok := catalog.Default().Type(probe.MessageType)
-				if !ok {
-					return false
-				}
-				typ = reflect.TypeOf(ct.Versions[catalog.V1].New())
-				continue
-			}
-			f, ok := fieldByJSON(typ, name)
-			if !ok {
-				return false
-			}
-			typ = f.Type
-		case reflect.Slice, reflect.Array, reflect.Map:
-			typ = typ.Elem()
-		default:
-			return false
-		}
-	}
-	return typ.Kind() == reflect.Pointer || typ == reflect.TypeOf(json.RawMessage{})
-}
-
-func fieldByJSON(typ reflect.Type, name string) (reflect.StructField, bool) {
-	for i := range typ.NumField() {
-		f := typ.Field(i)
-		if tag, _, _ := strings.Cut(f.Tag.Get("json"), ","); tag == name {
-			return f, true
-		}
-	}
-	return reflect.StructField{}, false
-}
-
 // --- mutations ----------------------------------------------------------
 
 type mutation struct {
@@ -250,8 +194,6 @@ type mutation struct {
 	path []any
 	body []byte
 }
-
-func (m mutation) pathString() string { return pathString(m.path) }
 
 func pathString(path []any) string {
 	var b strings.Builder

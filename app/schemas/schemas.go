@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -76,6 +77,9 @@ type Spec struct {
 	// carries, unless a message names its own.
 	Headers  map[string]any `yaml:"headers,omitempty"`
 	Messages []Message      `yaml:"messages"`
+
+	// parts are the schema files no message type names (Catalog.Part).
+	parts map[string]Message
 }
 
 // Message is one message type.
@@ -197,6 +201,17 @@ func loadSpec(fsys fs.FS, dir string) (Spec, error) {
 		if err := m.compile(docs); err != nil {
 			errs = append(errs, fmt.Errorf("schemas: %s/%s: %w", dir, m.File, err))
 		}
+	}
+	s.parts = map[string]Message{}
+	for _, file := range slices.Sorted(maps.Keys(docs)) {
+		if slices.ContainsFunc(s.Messages, func(m Message) bool { return m.File == file }) {
+			continue
+		}
+		p := Message{Spec: s.Name, File: file}
+		if err := p.compile(docs); err != nil {
+			errs = append(errs, fmt.Errorf("schemas: %s/%s: %w", dir, file, err))
+		}
+		s.parts[file] = p
 	}
 	return s, errors.Join(errs...)
 }

@@ -101,3 +101,45 @@ func TestEmbeddedCatalogs(t *testing.T) {
 	stackup, _ := c.Spec("stackup")
 	assert.Contains(t, stackup.Messages[0].Headers["properties"], "x-trace-id")
 }
+
+// Check names each field at fault, "field X: reason", never its value; a
+// Part is a schema file no message type names.
+func TestCheckNamesTheField(t *testing.T) {
+	t.Parallel()
+	c, err := load(testFS(`{"$schema": "http://json-schema.org/draft-07/schema#", "allOf": [{"$ref": "envelope.json"}],
+	  "properties": {"body": {"type": "object", "additionalProperties": false, "required": ["n"],
+	    "properties": {"n": {"type": "integer", "minimum": 1}, "k": {"type": "string", "pattern": "\\S", "not": {"pattern": "\\.\\."}},
+	      "e": {"enum": ["A", "B"]}, "l": {"type": "array", "items": {"type": "string"}}}}}}`))
+	require.NoError(t, err)
+	m := c.ByQueue("q")[0]
+	for body, want := range map[string]string{
+		`{"id":"a","body":{}}`:                   "field body.n: required",
+		`{"body":{"n":1}}`:                       "field id: required",
+		`{"id":"a","body":{"n":"secret-value"}}`: "field body.n: want integer, got string",
+		`{"id":"a","body":{"n":0}}`:              "field body.n: must be >= 1",
+		`{"id":"a","body":{"n":1,"k":" "}}`:      "field body.k: must not be empty or blank",
+		`{"id":"a","body":{"n":1,"k":"a/../b"}}`: `field body.k: must not match "\\.\\."`,
+		`{"id":"a","body":{"n":1,"e":"C"}}`:      "field body.e: must be one of A, B",
+		`{"id":"a","body":{"n":1,"l":["x",2]}}`:  "field body.l[1]: want string, got number",
+		`[]`:                                     "body: want object, got array",
+		`{"id":"a","body":{"n":1},"zz":1}`:       "field zz: unknown field",
+		`{`:                                      "body: not JSON: unexpected EOF",
+	} {
+		mode := Lenient
+		if want == "field zz: unknown field" {
+			mode = Strict
+		}
+		err := m.Check([]byte(body), mode)
+		var invalid *InvalidError
+		require.ErrorAs(t, err, &invalid, body)
+		assert.Equal(t, want, err.Error(), body)
+		assert.NotContains(t, err.Error(), "secret-value")
+	}
+	require.NoError(t, m.Check([]byte(`{"id":"a","body":{"n":1},"zz":1}`), Lenient))
+	env, ok := c.Part("s", "envelope.json")
+	require.True(t, ok)
+	require.NoError(t, env.Check([]byte(`{"id":"a","body":{}}`), Strict))
+	require.EqualError(t, env.Check([]byte(`{"id":"a"}`), Lenient), "field body: required")
+	_, ok = c.Part("s", "m.json")
+	assert.False(t, ok, "a message's file is no part")
+}

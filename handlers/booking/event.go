@@ -12,6 +12,7 @@ import (
 
 	"github.com/eventpipe/eventpipe/app/jsonfields"
 	"github.com/eventpipe/eventpipe/app/metadata"
+	"github.com/eventpipe/eventpipe/app/schemas"
 )
 
 // Queues of the spec (config/topology/booking.yaml).
@@ -79,37 +80,21 @@ func invalid(format string, args ...any) error {
 var (
 	// groupIDPattern is what SQS accepts as a MessageGroupId.
 	groupIDPattern = regexp.MustCompile(`^[!-~]{1,128}$`)
-	typePattern    = regexp.MustCompile(`^[a-z][a-z0-9]*(-[a-z0-9]+)*$`)
 	eventIDPattern = regexp.MustCompile(`^bse_[0-9a-f]{64}$`)
 )
 
-// Encode returns ev as JSON, strictly: eventId must be DeriveEventID(ev),
-// bookingSessionId a valid SQS message group id, type lower-case kebab-case,
-// occurredAt set, data a JSON object (or empty). occurredAt is written in UTC
-// with milliseconds; empty data is left out.
+// Encode returns ev as JSON, strictly: the event's strict schema
+// (bookingSessionId a valid SQS message group id, type lower-case kebab-case,
+// occurredAt set, data a JSON object or empty, no unknown field) and eventId
+// DeriveEventID(ev), which no schema can compute. occurredAt is written in
+// UTC with milliseconds; empty data is left out.
 func Encode(ev Event) ([]byte, error) {
-	if !groupIDPattern.MatchString(ev.BookingSessionID) {
-		return nil, invalid("bookingSessionId %q is not 1..128 printable ASCII characters", jsonfields.Truncate(ev.BookingSessionID, 64))
-	}
-	if len(ev.Type) > 64 || !typePattern.MatchString(ev.Type) {
-		return nil, invalid("type %q is not lower-case kebab-case", jsonfields.Truncate(ev.Type, 64))
-	}
 	if ev.OccurredAt.IsZero() {
-		return nil, invalid("occurredAt is required")
-	}
-	if len(ev.StepID) > MaxIDLength {
-		return nil, invalid("stepId longer than %d bytes", MaxIDLength)
+		return nil, invalid("field occurredAt: required")
 	}
 	data, err := canonicalData(ev.Data)
 	if err != nil {
 		return nil, err
-	}
-	want, err := DeriveEventID(ev)
-	if err != nil {
-		return nil, err
-	}
-	if ev.EventID != want {
-		return nil, invalid("eventId %q is not the derived id %s", jsonfields.Truncate(ev.EventID, 80), want)
 	}
 	w := wireEvent{EventID: ev.EventID, BookingSessionID: ev.BookingSessionID, Type: ev.Type,
 		OccurredAt: ev.OccurredAt.UTC().Format(occurredAtLayout), StepID: ev.StepID}
@@ -120,71 +105,95 @@ func Encode(ev Event) ([]byte, error) {
 	if err != nil {
 		return nil, invalid("encode: %v", err)
 	}
+	if err := check(b, schemas.Strict); err != nil {
+		return nil, err
+	}
+	want, err := DeriveEventID(ev)
+	if err != nil {
+		return nil, err
+	}
+	if ev.EventID != want {
+		return nil, invalid("eventId %q is not the derived id %s", jsonfields.Truncate(ev.EventID, 80), want)
+	}
 	return b, nil
 }
 
-// Decode decodes a body leniently: unknown fields are ignored and never
-// kept. bookingSessionId, type and occurredAt are required; stepId is
-// optional and data may be absent, null or an object. eventId is returned as
-// the body has it — "" when absent: the caller forwards it unchanged and
-// never synthesises one (§"Consumer-side idempotency"). Errors wrap
-// ErrInvalidEvent.
+// Decode decodes a body leniently against the event's lenient schema:
+// unknown fields are ignored and never kept; bookingSessionId, type and
+// occurredAt are required; stepId is optional and data may be absent, null or
+// an object. eventId is returned as the body has it — "" when absent or null:
+// the caller forwards it unchanged and never synthesises one (§"Consumer-side
+// idempotency"), so the schema's eventId rules are waived on consume. Errors
+// wrap ErrInvalidEvent and name the field.
 func Decode(body []byte) (Event, error) {
-	fields, err := object(body, "body")
-	if err != nil {
+	if err := check(body, schemas.Lenient); err != nil {
 		return Event{}, err
 	}
-	var ev Event
-	if _, ok := fields["eventId"]; ok {
-		if ev.EventID, err = str(fields, "eventId", false); err != nil {
-			return Event{}, err
+	var w struct {
+		wireEvent
+		EventID *string `json:"eventId"`
+		StepID  *string `json:"stepId"`
+	}
+	if err := json.Unmarshal(body, &w); err != nil {
+		var typ *json.UnmarshalTypeError
+		if errors.As(err, &typ) {
+			return Event{}, invalid("field %s: want a string", typ.Field)
 		}
+		return Event{}, invalid("%v", err)
 	}
-	if ev.BookingSessionID, err = str(fields, "bookingSessionId", true); err != nil {
-		return Event{}, err
+	ev := Event{BookingSessionID: w.BookingSessionID, Type: w.Type}
+	if w.EventID != nil {
+		ev.EventID = *w.EventID
 	}
-	if ev.Type, err = str(fields, "type", true); err != nil {
-		return Event{}, err
+	if len(ev.EventID) > MaxIDLength {
+		return Event{}, invalid("field eventId: longer than %d bytes", MaxIDLength)
 	}
-	if ev.StepID, err = str(fields, "stepId", false); err != nil {
-		return Event{}, err
+	if w.StepID != nil {
+		ev.StepID = *w.StepID
 	}
-	s, err := str(fields, "occurredAt", true)
+	t, err := time.Parse(time.RFC3339Nano, w.OccurredAt)
 	if err != nil {
-		return Event{}, err
-	}
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return Event{}, invalid("occurredAt %q is not an RFC 3339 time", jsonfields.Truncate(s, 64))
+		return Event{}, invalid("field occurredAt: not an RFC 3339 time")
 	}
 	ev.OccurredAt = t.UTC()
-	if raw, ok := fields["data"]; ok && !jsonfields.IsNull(raw) {
-		if _, err := object(raw, "data"); err != nil {
-			return Event{}, err
-		}
-		ev.Data = bytes.TrimSpace(raw)
+	if d := bytes.TrimSpace(w.Data); len(d) > 0 && !jsonfields.IsNull(d) {
+		ev.Data = d
 	}
 	return ev, nil
+}
+
+// check validates body against the event's schema in mode; lenient, the
+// eventId rules are waived (Decode).
+func check(body []byte, mode schemas.Mode) error {
+	cat, err := schemas.Default()
+	if err != nil {
+		return invalid("schemas: %v", err)
+	}
+	m, ok := cat.Message("booking", "BookingSessionEvent")
+	if !ok {
+		return invalid("schemas: no BookingSessionEvent")
+	}
+	err = m.Check(body, mode)
+	var invalidBody *schemas.InvalidError
+	if mode == schemas.Lenient && errors.As(err, &invalidBody) {
+		err = invalidBody.Without(func(p schemas.FieldError) bool { return p.Field == "eventId" })
+	}
+	if err != nil {
+		return invalid("%v", err)
+	}
+	return nil
 }
 
 // Validate is the strict check `eventpipe publish` runs for
 // booking-session-events.fifo: what Encode requires, on a body (unknown
 // fields refused, eventId the derived id).
 func Validate(body []byte) error {
+	if err := check(body, schemas.Strict); err != nil {
+		return err
+	}
 	ev, err := Decode(body)
 	if err != nil {
 		return err
-	}
-	fields, _ := object(body, "body")
-	for k := range fields {
-		switch k {
-		case "eventId", "bookingSessionId", "type", "occurredAt", "stepId", "data":
-		default:
-			return invalid("body: unknown field %q", jsonfields.Truncate(k, 64))
-		}
-	}
-	if ev.EventID == "" {
-		return invalid("eventId is required")
 	}
 	_, err = Encode(ev)
 	return err
@@ -225,30 +234,4 @@ func object(b []byte, what string) (map[string]json.RawMessage, error) {
 		return nil, invalid("%s", err)
 	}
 	return fields, nil
-}
-
-// str reads a string field: required ones must be present and non-empty;
-// every one is at most MaxIDLength bytes.
-func str(fields map[string]json.RawMessage, key string, required bool) (string, error) {
-	raw, ok := fields[key]
-	if !ok {
-		if required {
-			return "", invalid("%s is required", key)
-		}
-		return "", nil
-	}
-	if !required && jsonfields.IsNull(raw) {
-		return "", nil // lenient: null is absent
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil || jsonfields.IsNull(raw) {
-		return "", invalid("%s must be a string", key)
-	}
-	if required && s == "" {
-		return "", invalid("%s must not be empty", key)
-	}
-	if len(s) > MaxIDLength {
-		return "", invalid("%s longer than %d bytes", key, MaxIDLength)
-	}
-	return s, nil
 }

@@ -98,6 +98,18 @@ func TestDecodeIsLenient(t *testing.T) {
 		_, err := booking.Decode([]byte(bad))
 		assert.ErrorIs(t, err, booking.ErrInvalidEvent, bad)
 	}
+	// The error names the field at fault.
+	for bad, want := range map[string]string{
+		`{"type":"x","occurredAt":"2026-11-30T10:14:03Z"}`:                                    "field bookingSessionId: required",
+		`{"bookingSessionId":"b","type":7,"occurredAt":"2026-11-30T10:14:03Z"}`:               "field type: want string, got number",
+		`{"bookingSessionId":"b","type":"Seat Held","occurredAt":"2026-11-30T10:14:03Z"}`:     "field type: must match",
+		`{"bookingSessionId":"b","type":"x","occurredAt":"yesterday"}`:                        "field occurredAt: not a valid date-time",
+		`{"bookingSessionId":"b","type":"x","occurredAt":"2026-11-30T10:14:03Z","data":1}`:    "field data: want null or object, got number",
+		`{"eventId":1,"bookingSessionId":"b","type":"x","occurredAt":"2026-11-30T10:14:03Z"}`: "field eventId: want a string",
+	} {
+		_, err := booking.Decode([]byte(bad))
+		assert.ErrorContains(t, err, want, bad)
+	}
 }
 
 func TestValidate(t *testing.T) {
@@ -113,7 +125,7 @@ func TestValidate(t *testing.T) {
 	delete(m, "extra")
 	delete(m, "eventId")
 	noID, _ := json.Marshal(m)
-	assert.ErrorContains(t, booking.Validate(noID), "eventId is required")
+	assert.ErrorContains(t, booking.Validate(noID), "field eventId: required")
 	m["eventId"] = "bse_" + strings.Repeat("0", 64)
 	wrong, _ := json.Marshal(m)
 	assert.ErrorContains(t, booking.Validate(wrong), "not the derived id")

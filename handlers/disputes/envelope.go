@@ -7,14 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/oklog/ulid/v2"
 
-	"github.com/eventpipe/eventpipe/app/jsonfields"
 	"github.com/eventpipe/eventpipe/app/metadata"
+	"github.com/eventpipe/eventpipe/app/schemas"
 )
 
 // Queues of the spec (config/topology/disputes.yaml).
@@ -77,8 +76,6 @@ type wireEnvelope struct {
 	Payload       json.RawMessage `json:"payload"`
 }
 
-var envelopeFields = []string{"event_id", "event_type", "event_version", "aggregate_type", "aggregate_id", "occurred_at", "trace_id", "payload"}
-
 // ErrInvalidEnvelope is wrapped by every decode and validation error.
 var ErrInvalidEnvelope = errors.New("invalid event envelope")
 
@@ -115,14 +112,11 @@ func IsEventID(id string) bool {
 	return err == nil
 }
 
-// Encode returns env as JSON, strictly: every field is required, event_id
-// must be "evt_" + a ULID, trace_id 32 lower-case hex digits (W3C), the
-// event type known and its payload valid for it with no unknown fields.
-// occurred_at is written in UTC with milliseconds.
+// Encode returns env as JSON, strictly: what Validate requires (the event
+// type's strict schema: every field, event_id "evt_" + a ULID, trace_id 32
+// lower-case hex digits (W3C), a payload valid for the type with no unknown
+// fields). occurred_at is written in UTC with milliseconds.
 func Encode(env Envelope) ([]byte, error) {
-	if err := checkStrict(env); err != nil {
-		return nil, err
-	}
 	b, err := json.Marshal(wireEnvelope{
 		EventID: env.EventID, EventType: env.EventType, EventVersion: env.EventVersion,
 		AggregateType: env.AggregateType, AggregateID: env.AggregateID,
@@ -132,120 +126,124 @@ func Encode(env Envelope) ([]byte, error) {
 	if err != nil {
 		return nil, invalid("encode: %v", err)
 	}
+	if env.OccurredAt.IsZero() {
+		return nil, invalid("field occurred_at: required")
+	}
+	if err := Validate(b); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 
-func checkStrict(env Envelope) error {
-	if !IsEventID(env.EventID) {
-		return invalid("event_id %q is not evt_ + a ULID", jsonfields.Truncate(env.EventID, 64))
-	}
-	if !traceIDPattern.MatchString(env.TraceID) || env.TraceID == strings.Repeat("0", 32) {
-		return invalid("trace_id %q is not 32 lower-case hex digits", jsonfields.Truncate(env.TraceID, 64))
-	}
-	if env.OccurredAt.IsZero() {
-		return invalid("occurred_at is required")
-	}
-	if env.AggregateType == "" || env.AggregateID == "" {
-		return invalid("aggregate_type and aggregate_id are required")
-	}
-	if len(env.AggregateID) > MaxIDLength {
-		return invalid("aggregate_id longer than %d bytes", MaxIDLength)
-	}
-	ev, err := decodeEvent(env.EventType, env.EventVersion, env.Payload)
-	if err != nil {
-		return err
-	}
-	if want := ev.aggregateType(); env.AggregateType != want {
-		return invalid("aggregate_type %q: %s events are about a %q", jsonfields.Truncate(env.AggregateType, 64), env.EventType, want)
-	}
-	return strictObject(env.Payload, "payload", ev.fields()...)
-}
-
-// Decode decodes an envelope leniently: unknown fields (of the envelope and
-// of the payload) are ignored. event_id, event_type, event_version,
-// aggregate_type, aggregate_id, occurred_at and a payload object are
-// required; trace_id is optional. It does not check event_type or the
-// payload: DecodeEvent does. Errors wrap ErrInvalidEnvelope.
+// Decode decodes an envelope leniently against the envelope's schema:
+// unknown fields (of the envelope and of the payload) are ignored, and
+// foreign producers get what the spec allows beyond our own (consumerWaives):
+// any non-empty event_id, no trace_id, any RFC 3339 occurred_at. It does not
+// check event_type or the payload: DecodeEvent does. Errors wrap
+// ErrInvalidEnvelope and name the field.
 func Decode(body []byte) (Envelope, error) {
-	fields, err := object(body, "body")
-	if err != nil {
-		return Envelope{}, err
-	}
-	var env Envelope
-	if env.EventID, err = idField(fields, "event_id"); err != nil {
-		return Envelope{}, err
-	}
-	if env.EventType, err = str(fields, "event_type", true); err != nil {
-		return Envelope{}, err
-	}
-	raw, ok := fields["event_version"]
-	if !ok {
-		return Envelope{}, invalid("event_version is required")
-	}
-	if err := json.Unmarshal(raw, &env.EventVersion); err != nil || jsonfields.IsNull(raw) {
-		return Envelope{}, invalid("event_version must be an integer")
-	}
-	if env.AggregateType, err = str(fields, "aggregate_type", true); err != nil {
-		return Envelope{}, err
-	}
-	if env.AggregateID, err = idField(fields, "aggregate_id"); err != nil {
-		return Envelope{}, err
-	}
-	if env.OccurredAt, err = timeField(fields, "occurred_at", true); err != nil {
-		return Envelope{}, err
-	}
-	if _, ok := fields["trace_id"]; ok {
-		if env.TraceID, err = str(fields, "trace_id", false); err != nil {
-			return Envelope{}, err
-		}
-		if len(env.TraceID) > MaxIDLength {
-			return Envelope{}, invalid("trace_id longer than %d bytes", MaxIDLength)
-		}
-	}
-	p, ok := fields["payload"]
-	if !ok {
-		return Envelope{}, invalid("payload is required")
-	}
-	if _, err := object(p, "payload"); err != nil {
-		return Envelope{}, err
-	}
-	env.Payload = bytes.TrimSpace(p)
-	return env, nil
+	env, _, err := decode(body, schemas.Lenient)
+	return env, err
 }
 
-// DecodeEvent decodes body (Decode) and its payload for its event_type.
+// decode is Decode in mode, returning the body decoded for a further check.
+func decode(body []byte, mode schemas.Mode) (Envelope, any, error) {
+	v, err := schemas.Decode(body)
+	if err != nil {
+		return Envelope{}, nil, invalid("body is not a JSON object: %v", err)
+	}
+	cat, err := schemas.Default()
+	if err != nil {
+		return Envelope{}, nil, invalid("schemas: %v", err)
+	}
+	m, ok := cat.Part("disputes", "envelope.json")
+	if !ok {
+		return Envelope{}, nil, invalid("schemas: no disputes envelope")
+	}
+	if err := check(m, v, mode); err != nil {
+		return Envelope{}, nil, err
+	}
+	var w wireEnvelope
+	if err := json.Unmarshal(body, &w); err != nil {
+		return Envelope{}, nil, invalid("%v", err)
+	}
+	env := Envelope{
+		EventID: w.EventID, EventType: w.EventType, EventVersion: w.EventVersion, AggregateType: w.AggregateType,
+		AggregateID: w.AggregateID, TraceID: w.TraceID, Payload: bytes.TrimSpace(w.Payload),
+	}
+	if env.EventID == "" {
+		return Envelope{}, nil, invalid("field event_id: must not be empty") // the waived pattern said so
+	}
+	if len(env.EventID) > MaxIDLength || len(env.TraceID) > MaxIDLength {
+		return Envelope{}, nil, invalid("event_id and trace_id are at most %d bytes", MaxIDLength)
+	}
+	t, err := time.Parse(time.RFC3339Nano, w.OccurredAt)
+	if err != nil {
+		return Envelope{}, nil, invalid("field occurred_at: not an RFC 3339 time")
+	}
+	env.OccurredAt = t.UTC()
+	return env, v, nil
+}
+
+// check validates v against m in mode; lenient, the consumer's waivers
+// apply.
+func check(m schemas.Message, v any, mode schemas.Mode) error {
+	err := m.CheckValue(v, mode)
+	var invalidBody *schemas.InvalidError
+	if mode == schemas.Lenient && errors.As(err, &invalidBody) {
+		err = invalidBody.Without(consumerWaives)
+	}
+	if err != nil {
+		return invalid("%v", err)
+	}
+	return nil
+}
+
+// consumerWaives reports whether the consumer takes a body the contract
+// (our producers' shape) refuses: the spec shows our ids but requires none of
+// their shapes of a foreign producer (decision 0030), so event_id is any
+// non-empty string, trace_id optional and any string, occurred_at any RFC 3339
+// time (its format stays checked), aggregate_type any non-empty string.
+func consumerWaives(p schemas.FieldError) bool {
+	switch p.Field {
+	case "event_id":
+		return p.Keyword == "pattern"
+	case "trace_id":
+		return p.Keyword == "required" || p.Keyword == "pattern" || p.Keyword == "not"
+	case "occurred_at":
+		return p.Keyword == "pattern"
+	case "aggregate_type":
+		return p.Keyword == "const"
+	}
+	return false
+}
+
+// DecodeEvent decodes body (Decode) and its payload for its event_type,
+// checked against that type's lenient schema (with Decode's waivers).
 // Exactly one of the returned event's fields is set. An unknown event_type
 // also wraps ErrUnknownEventType.
 func DecodeEvent(body []byte) (Envelope, Event, error) {
-	env, err := Decode(body)
+	return decodeEventBody(body, schemas.Lenient)
+}
+
+func decodeEventBody(body []byte, mode schemas.Mode) (Envelope, Event, error) {
+	env, v, err := decode(body, mode)
 	if err != nil {
 		return Envelope{}, Event{}, err
 	}
-	ev, err := decodeEvent(env.EventType, env.EventVersion, env.Payload)
+	ev, err := decodeEvent(env, v, mode)
 	if err != nil {
 		return env, Event{}, err
 	}
 	return env, ev, nil
 }
 
-// Validate is the strict check `eventpipe publish` runs for domain-events:
-// what Encode requires of an envelope, on a body.
+// Validate is the strict check `eventpipe publish` runs for domain-events
+// and Encode runs on every envelope of ours: the event type's strict schema,
+// whole, no waiver.
 func Validate(body []byte) error {
-	env, err := Decode(body)
-	if err != nil {
-		return err
-	}
-	if err := strictObject(body, "body", envelopeFields...); err != nil {
-		return err
-	}
-	fields, _ := object(body, "body")
-	if s, _ := str(fields, "occurred_at", true); s != env.OccurredAt.UTC().Format(occurredAtLayout) {
-		return invalid("occurred_at %q is not UTC with milliseconds (%s)", jsonfields.Truncate(s, 64), occurredAtLayout)
-	}
-	if _, ok := fields["trace_id"]; !ok {
-		return invalid("trace_id is required")
-	}
-	return checkStrict(env)
+	_, _, err := decodeEventBody(body, schemas.Strict)
+	return err
 }
 
 // Message returns env encoded (strictly) as a message: UUID = event_id, the
@@ -272,71 +270,4 @@ func traceIDOf(msg *message.Message) string {
 		return ""
 	}
 	return w.TraceID
-}
-
-// --- JSON helpers ---------------------------------------------------------
-
-// object splits a JSON object into its fields; anything else is invalid.
-func object(b []byte, what string) (map[string]json.RawMessage, error) {
-	fields, err := jsonfields.Object(b, what)
-	if err != nil {
-		return nil, invalid("%s", err)
-	}
-	return fields, nil
-}
-
-func str(fields map[string]json.RawMessage, key string, required bool) (string, error) {
-	s, err := jsonfields.String(fields, key, required)
-	if err != nil {
-		return "", invalid("%s", err)
-	}
-	return s, nil
-}
-
-func idField(fields map[string]json.RawMessage, key string) (string, error) {
-	s, err := str(fields, key, true)
-	if err != nil {
-		return "", err
-	}
-	if len(s) > MaxIDLength {
-		return "", invalid("%s longer than %d bytes", key, MaxIDLength)
-	}
-	return s, nil
-}
-
-func timeField(fields map[string]json.RawMessage, key string, required bool) (time.Time, error) {
-	s, err := str(fields, key, required)
-	if err != nil || s == "" {
-		return time.Time{}, err
-	}
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return time.Time{}, invalid("%s %q is not an RFC 3339 time", key, jsonfields.Truncate(s, 64))
-	}
-	return t.UTC(), nil
-}
-
-func numberField(fields map[string]json.RawMessage, key string) (float64, error) {
-	raw, ok := fields[key]
-	if !ok {
-		return 0, invalid("%s is required", key)
-	}
-	var f float64
-	if err := json.Unmarshal(raw, &f); err != nil || jsonfields.IsNull(raw) {
-		return 0, invalid("%s must be a number", key)
-	}
-	return f, nil
-}
-
-// strictObject refuses keys other than allowed: our publishers are strict
-// (eventpipe's rule: strict on publish, lenient on consume).
-func strictObject(b []byte, what string, allowed ...string) error {
-	fields, err := object(b, what)
-	if err != nil {
-		return err
-	}
-	if k, ok := jsonfields.Unknown(fields, allowed...); ok {
-		return invalid("%s: unknown field %q", what, jsonfields.Truncate(k, 64))
-	}
-	return nil
 }

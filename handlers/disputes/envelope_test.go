@@ -168,15 +168,16 @@ func TestDecodeEventRejects(t *testing.T) {
 	cases := map[string]struct {
 		typ, payload string
 		unknown      bool
+		want         string // the field the error names
 	}{
 		"unknown type":              {typ: "DisputeClosed", payload: `{}`, unknown: true},
-		"dispute without txn_id":    {typ: "DisputeRaised", payload: `{"reason_code":"x"}`},
-		"dispute bad tat":           {typ: "DisputeRaised", payload: `{"txn_id":"t","reason_code":"x","tat_due_at":"soon"}`},
-		"flag without score":        {typ: "TransactionFlagged", payload: `{"txn_id":"t"}`},
-		"flag score over 100":       {typ: "TransactionFlagged", payload: `{"txn_id":"t","risk_score":101}`},
-		"flag score negative":       {typ: "TransactionFlagged", payload: `{"txn_id":"t","risk_score":-1}`},
-		"document without key":      {typ: "DocumentIngested", payload: `{"bucket":"b"}`},
-		"document with numeric key": {typ: "DocumentIngested", payload: `{"bucket":"b","key":1}`},
+		"dispute without txn_id":    {typ: "DisputeRaised", payload: `{"reason_code":"x"}`, want: "field payload.txn_id: required"},
+		"dispute bad tat":           {typ: "DisputeRaised", payload: `{"txn_id":"t","reason_code":"x","tat_due_at":"soon"}`, want: "field payload.tat_due_at: not a valid date-time"},
+		"flag without score":        {typ: "TransactionFlagged", payload: `{"txn_id":"t"}`, want: "field payload.risk_score: required"},
+		"flag score over 100":       {typ: "TransactionFlagged", payload: `{"txn_id":"t","risk_score":101}`, want: "field payload.risk_score: must be <= 100"},
+		"flag score negative":       {typ: "TransactionFlagged", payload: `{"txn_id":"t","risk_score":-1}`, want: "field payload.risk_score: must be >= 0"},
+		"document without key":      {typ: "DocumentIngested", payload: `{"bucket":"b"}`, want: "field payload.key: required"},
+		"document with numeric key": {typ: "DocumentIngested", payload: `{"bucket":"b","key":1}`, want: "field payload.key: want string, got number"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -187,7 +188,28 @@ func TestDecodeEventRejects(t *testing.T) {
 			require.ErrorIs(t, err, disputes.ErrInvalidEnvelope)
 			assert.Equal(t, c.unknown, errors.Is(err, disputes.ErrUnknownEventType))
 			assert.Equal(t, failure.Transient, failure.Of(err), "the codec does not classify; the handler does")
+			assert.Contains(t, err.Error(), c.want)
 		})
+	}
+}
+
+// TestDecodeEventIgnoresUnknownFields: per event type, an unknown payload
+// field is accepted on consume and not kept; our publishers may not send it.
+func TestDecodeEventIgnoresUnknownFields(t *testing.T) {
+	t.Parallel()
+	for typ, payload := range map[string]string{
+		"DisputeRaised":      `{"txn_id":"t","reason_code":"x","zz":"forward-me"}`,
+		"TransactionFlagged": `{"txn_id":"t","risk_score":1,"zz":"forward-me"}`,
+		"DocumentIngested":   `{"bucket":"b","key":"k","zz":"forward-me"}`,
+	} {
+		body := `{"event_id":"e1","event_type":"` + typ + `","event_version":1,"aggregate_type":"x","aggregate_id":"a",
+			"occurred_at":"2026-11-12T09:14:03.512Z","payload":` + payload + `}`
+		_, ev, err := disputes.DecodeEvent([]byte(body))
+		require.NoError(t, err, typ)
+		out, err := json.Marshal(ev)
+		require.NoError(t, err)
+		assert.NotContains(t, string(out), "forward-me", typ)
+		require.Error(t, disputes.Validate([]byte(body)), typ)
 	}
 }
 

@@ -3,10 +3,10 @@ package disputes
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/eventpipe/eventpipe/app/jsonfields"
+	"github.com/eventpipe/eventpipe/app/schemas"
 )
 
 // Reason codes the consumer treats specially.
@@ -69,18 +69,6 @@ func (e Event) aggregateType() string {
 	}
 }
 
-// fields are the payload keys a strict encoder allows.
-func (e Event) fields() []string {
-	switch {
-	case e.DisputeRaised != nil:
-		return []string{"txn_id", "reason_code", "tat_due_at", "rail"}
-	case e.TransactionFlagged != nil:
-		return []string{"txn_id", "risk_score", "reason"}
-	default:
-		return []string{"bucket", "key"}
-	}
-}
-
 // payload encodes e's payload.
 func (e Event) payload() (json.RawMessage, error) {
 	switch {
@@ -104,62 +92,58 @@ func (e Event) payload() (json.RawMessage, error) {
 	return nil, fmt.Errorf("%w: empty event", ErrInvalidEnvelope)
 }
 
-// decodeEvent decodes payload leniently for eventType at version.
-func decodeEvent(eventType string, version int, payload json.RawMessage) (Event, error) {
-	switch eventType {
+// decodeEvent checks v, the body env was decoded from, against the schema
+// of its event type in mode, then reads the payload. An unknown event_type
+// or event_version is Go's dispatch, the rest the schema's.
+func decodeEvent(env Envelope, v any, mode schemas.Mode) (Event, error) {
+	switch env.EventType {
 	case EventDisputeRaised, EventTransactionFlagged, EventDocumentIngested:
 	default:
-		return Event{}, fmt.Errorf("%w: %w %q", ErrInvalidEnvelope, ErrUnknownEventType, jsonfields.Truncate(eventType, 64))
+		return Event{}, fmt.Errorf("%w: %w %q", ErrInvalidEnvelope, ErrUnknownEventType, jsonfields.Truncate(env.EventType, 64))
 	}
-	if version != Version {
-		return Event{}, invalid("%s event_version %d is not supported (want %d)", eventType, version, Version)
+	if env.EventVersion != Version {
+		return Event{}, invalid("%s event_version %d is not supported (want %d)", env.EventType, env.EventVersion, Version)
 	}
-	fields, err := object(payload, "payload")
+	cat, err := schemas.Default()
 	if err != nil {
+		return Event{}, invalid("schemas: %v", err)
+	}
+	m, ok := cat.Message("disputes", env.EventType)
+	if !ok {
+		return Event{}, invalid("schemas: no %s", env.EventType)
+	}
+	if err := check(m, v, mode); err != nil {
 		return Event{}, err
 	}
-	switch eventType {
+	switch env.EventType {
 	case EventDisputeRaised:
-		var d DisputeRaised
-		if d.TxnID, err = idField(fields, "txn_id"); err != nil {
-			return Event{}, err
+		var w struct {
+			DisputeRaised
+			TATDueAt *string `json:"tat_due_at"`
 		}
-		if d.ReasonCode, err = str(fields, "reason_code", true); err != nil {
-			return Event{}, err
+		if err := json.Unmarshal(env.Payload, &w); err != nil {
+			return Event{}, invalid("payload: %v", err)
 		}
-		if d.Rail, err = str(fields, "rail", false); err != nil {
-			return Event{}, err
-		}
-		if raw, ok := fields["tat_due_at"]; ok && !jsonfields.IsNull(raw) {
-			t, err := timeField(fields, "tat_due_at", true)
+		d := w.DisputeRaised
+		if w.TATDueAt != nil {
+			t, err := time.Parse(time.RFC3339Nano, *w.TATDueAt)
 			if err != nil {
-				return Event{}, err
+				return Event{}, invalid("field payload.tat_due_at: not an RFC 3339 time")
 			}
+			t = t.UTC()
 			d.TATDueAt = &t
 		}
 		return Event{DisputeRaised: &d}, nil
 	case EventTransactionFlagged:
 		var f TransactionFlagged
-		if f.TxnID, err = idField(fields, "txn_id"); err != nil {
-			return Event{}, err
-		}
-		if f.RiskScore, err = numberField(fields, "risk_score"); err != nil {
-			return Event{}, err
-		}
-		if math.IsNaN(f.RiskScore) || f.RiskScore < 0 || f.RiskScore > MaxRiskScore {
-			return Event{}, invalid("risk_score %g is outside 0..%d", f.RiskScore, MaxRiskScore)
-		}
-		if f.Reason, err = str(fields, "reason", false); err != nil {
-			return Event{}, err
+		if err := json.Unmarshal(env.Payload, &f); err != nil {
+			return Event{}, invalid("payload: %v", err)
 		}
 		return Event{TransactionFlagged: &f}, nil
 	default:
 		var d DocumentIngested
-		if d.Bucket, err = str(fields, "bucket", true); err != nil {
-			return Event{}, err
-		}
-		if d.Key, err = str(fields, "key", true); err != nil {
-			return Event{}, err
+		if err := json.Unmarshal(env.Payload, &d); err != nil {
+			return Event{}, invalid("payload: %v", err)
 		}
 		return Event{DocumentIngested: &d}, nil
 	}

@@ -59,6 +59,15 @@ func TestDecodeS3Notification(t *testing.T) {
 		_, err := disputes.DecodeS3Notification([]byte(body))
 		require.ErrorIs(t, err, disputes.ErrInvalidEnvelope, name)
 	}
+	// The error names the field at fault.
+	for body, want := range map[string]string{
+		`{"Records":[]}`: "field Records: fewer than 1 items",
+		`{"Records":[{"eventName":"ObjectCreated:Put","s3":{"object":{"key":"k"}}}]}`:                     "field Records[0].s3.bucket: required",
+		`{"Records":[{"eventName":"ObjectCreated:Put","s3":{"bucket":{"name":"b"},"object":{"key":7}}}]}`: "field Records[0].s3.object.key: want null or string, got number",
+	} {
+		_, err := disputes.DecodeS3Notification([]byte(body))
+		assert.ErrorContains(t, err, want, body)
+	}
 
 	ev, err = disputes.DecodeS3Notification(disputes.S3Notification("b", "a b+c%.md", time.Now()))
 	require.NoError(t, err)

@@ -16,9 +16,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/eventpipe/eventpipe/app/failure"
-	"github.com/eventpipe/eventpipe/app/jsonfields"
 	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/route"
+	"github.com/eventpipe/eventpipe/app/schemas"
 )
 
 // IngestConsumer is the ingest-worker's name in the inbox.
@@ -79,18 +79,28 @@ type S3Event struct {
 // SQS — Records[].eventName, Records[].s3.bucket.name,
 // Records[].s3.object.key (URL-encoded, '+' for a space) and .sequencer, or
 // S3's {"Event":"s3:TestEvent",...} — leniently: unknown fields are
-// ignored. An ObjectCreated record must name a bucket and a key that
-// decodes. Errors wrap ErrInvalidEnvelope.
+// ignored. The notification's schema (open: S3 is the producer) states what
+// a record must have: an ObjectCreated record names a bucket and a key that
+// decodes. Errors wrap ErrInvalidEnvelope and name the field.
 func DecodeS3Notification(body []byte) (S3Event, error) {
-	fields, err := object(body, "body")
+	v, err := schemas.Decode(body)
 	if err != nil {
+		return S3Event{}, invalid("body is not a JSON object: %v", err)
+	}
+	cat, err := schemas.Default()
+	if err != nil {
+		return S3Event{}, invalid("schemas: %v", err)
+	}
+	m, ok := cat.Message("disputes", "S3EventNotification")
+	if !ok {
+		return S3Event{}, invalid("schemas: no S3EventNotification")
+	}
+	if err := check(m, v, schemas.Lenient); err != nil {
 		return S3Event{}, err
 	}
-	if ev, _ := str(fields, "Event", false); ev == "s3:TestEvent" {
-		bucket, _ := str(fields, "Bucket", false)
-		return S3Event{TestEvent: true, TestBucket: bucket}, nil
-	}
 	var n struct {
+		Event   any `json:"Event"`
+		Bucket  any `json:"Bucket"`
 		Records []struct {
 			EventName string `json:"eventName"`
 			S3        struct {
@@ -104,25 +114,21 @@ func DecodeS3Notification(body []byte) (S3Event, error) {
 			} `json:"s3"`
 		} `json:"Records"`
 	}
-	if err := json.Unmarshal(bytes.TrimSpace(body), &n); err != nil {
+	if err := json.Unmarshal(body, &n); err != nil {
 		return S3Event{}, invalid("not an S3 event notification: %v", err)
 	}
-	if len(n.Records) == 0 {
-		return S3Event{}, invalid("S3 event notification without Records")
+	if n.Event == "s3:TestEvent" {
+		bucket, _ := n.Bucket.(string)
+		return S3Event{TestEvent: true, TestBucket: bucket}, nil
 	}
 	ev := S3Event{Records: make([]ObjectRef, 0, len(n.Records))}
-	for i, r := range n.Records {
+	for _, r := range n.Records {
 		ref := ObjectRef{Bucket: r.S3.Bucket.Name, Key: r.S3.Object.Key, Sequencer: r.S3.Object.Sequencer,
 			EventName: strings.TrimPrefix(r.EventName, "s3:")}
-		key, err := url.QueryUnescape(r.S3.Object.Key)
-		switch {
-		case err == nil:
+		// An ObjectCreated key is URL-encoded (the schema's pattern);
+		// another record keeps its key as sent when it does not decode.
+		if key, err := url.QueryUnescape(r.S3.Object.Key); err == nil {
 			ref.Key = key
-		case ref.Created():
-			return S3Event{}, invalid("Records[%d].s3.object.key %q is not URL-encoded", i, jsonfields.Truncate(r.S3.Object.Key, 64))
-		}
-		if ref.Created() && (ref.Bucket == "" || ref.Key == "") {
-			return S3Event{}, invalid("Records[%d]: s3.bucket.name and s3.object.key are required", i)
 		}
 		ev.Records = append(ev.Records, ref)
 	}

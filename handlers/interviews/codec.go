@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/eventpipe/eventpipe/app/schemas"
 )
 
 // Queues of the spec (config/topology/interviews.yaml).
@@ -87,34 +89,108 @@ func invalid(format string, args ...any) error {
 
 // DecodeInterviewEvent decodes an interview-completed body leniently
 // (unknown fields ignored, never kept): a JSON object with a "type" key is
-// the failed event, any other object the completed one. Not an object
-// (null, an array, a string, …) or a failed schema is an error wrapping
-// ErrInvalidBody.
+// the failed event, checked against interview.failed's lenient schema; any
+// other object the completed one, against interview.completed's. Not an
+// object (null, an array, a string, …) or a body its schema refuses is an
+// error wrapping ErrInvalidBody that names the field.
 func DecodeInterviewEvent(payload []byte) (InterviewEvent, error) {
-	fields, err := object(payload)
+	return decodeInterviewEvent(payload, schemas.Lenient)
+}
+
+func decodeInterviewEvent(payload []byte, mode schemas.Mode) (InterviewEvent, error) {
+	v, err := object(payload)
 	if err != nil {
 		return InterviewEvent{}, err
 	}
-	if _, ok := fields["type"]; ok {
-		f, err := decodeFailed(fields)
-		return InterviewEvent{Failed: f}, err
+	if _, ok := v["type"]; ok {
+		var f InterviewFailed
+		if err := decode(EventInterviewFailed, v, payload, mode, &f); err != nil {
+			return InterviewEvent{}, err
+		}
+		f.InterviewID, f.OrganizationID, f.FailedAt = lower(f.InterviewID), lower(f.OrganizationID), f.FailedAt.UTC()
+		return InterviewEvent{Failed: &f}, nil
 	}
-	c, err := decodeCompleted(fields)
-	return InterviewEvent{Completed: c}, err
+	var c InterviewCompleted
+	if err := decode(EventInterviewCompleted, v, payload, mode, &c); err != nil {
+		return InterviewEvent{}, err
+	}
+	c.InterviewID, c.OrganizationID, c.CompletedAt = lower(c.InterviewID), lower(c.OrganizationID), c.CompletedAt.UTC()
+	return InterviewEvent{Completed: &c}, nil
 }
 
-// object splits a JSON object into its fields; anything else is invalid.
-func object(payload []byte) (map[string]json.RawMessage, error) {
-	trimmed := bytes.TrimSpace(payload)
-	if len(trimmed) == 0 || trimmed[0] != '{' {
-		return nil, invalid("body is not a JSON object")
-	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(trimmed, &fields); err != nil {
+// object reads a body as a JSON object; anything else is invalid.
+func object(payload []byte) (map[string]any, error) {
+	v, err := schemas.Decode(payload)
+	if err != nil {
 		return nil, invalid("body is not a JSON object: %v", err)
 	}
-	return fields, nil
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, invalid("body is not a JSON object")
+	}
+	return obj, nil
 }
+
+// decode checks v, the decoded payload, against the schema of eventType
+// in mode, then reads payload into out.
+func decode(eventType string, v map[string]any, payload []byte, mode schemas.Mode, out any) error {
+	cat, err := schemas.Default()
+	if err != nil {
+		return fmt.Errorf("interviews schemas: %w", err)
+	}
+	m, ok := cat.Message("interviews", eventType)
+	if !ok {
+		return fmt.Errorf("interviews schemas: no %s", eventType)
+	}
+	if err := m.CheckValue(v, mode); err != nil {
+		return invalid("%s: %v", eventType, err)
+	}
+	if err := json.Unmarshal(payload, out); err != nil {
+		// What the schema takes but Go cannot hold (a number past
+		// float64, a leap second).
+		var typ *json.UnmarshalTypeError
+		if errors.As(err, &typ) {
+			return invalid("%s: field %s: does not fit a %s", eventType, typ.Field, typ.Type)
+		}
+		return invalid("%s: %v", eventType, err)
+	}
+	return nil
+}
+
+// DecodeReportGenerate decodes a report-generate body leniently, checked
+// against report.generate's lenient schema.
+func DecodeReportGenerate(payload []byte) (ReportGenerate, error) {
+	return decodeReportGenerate(payload, schemas.Lenient)
+}
+
+func decodeReportGenerate(payload []byte, mode schemas.Mode) (ReportGenerate, error) {
+	v, err := object(payload)
+	if err != nil {
+		return ReportGenerate{}, err
+	}
+	var r ReportGenerate
+	if err := decode(EventReportGenerate, v, payload, mode, &r); err != nil {
+		return ReportGenerate{}, err
+	}
+	r.InterviewID, r.OrganizationID = lower(r.InterviewID), lower(r.OrganizationID)
+	return r, nil
+}
+
+// ValidateInterviewEvent is the strict check `eventpipe publish` runs for
+// interview-completed: the consumer's decoder with the strict schemas (no
+// unknown fields; eventpipe's rule: strict on publish, lenient on consume).
+func ValidateInterviewEvent(payload []byte) error {
+	_, err := decodeInterviewEvent(payload, schemas.Strict)
+	return err
+}
+
+// ValidateReportGenerate is the strict check for report-generate.
+func ValidateReportGenerate(payload []byte) error {
+	_, err := decodeReportGenerate(payload, schemas.Strict)
+	return err
+}
+
+// The bot API's request fields (bot_api.go) are read with these.
 
 func str(fields map[string]json.RawMessage, key string) (string, error) {
 	raw, ok := fields[key]
@@ -152,31 +228,6 @@ func datetime(fields map[string]json.RawMessage, key string) (time.Time, error) 
 	return t.UTC(), nil
 }
 
-func decodeCompleted(fields map[string]json.RawMessage) (*InterviewCompleted, error) {
-	var c InterviewCompleted
-	var err error
-	if c.InterviewID, err = oid(fields, "interviewId"); err != nil {
-		return nil, err
-	}
-	if c.OrganizationID, err = oid(fields, "organizationId"); err != nil {
-		return nil, err
-	}
-	if c.CompletedAt, err = datetime(fields, "completedAt"); err != nil {
-		return nil, err
-	}
-	raw, ok := fields["durationSeconds"]
-	if !ok {
-		return nil, invalid("durationSeconds is required")
-	}
-	if err := json.Unmarshal(raw, &c.DurationSeconds); err != nil || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-		return nil, invalid("durationSeconds must be a number")
-	}
-	if err := checkDuration(c.DurationSeconds); err != nil {
-		return nil, err
-	}
-	return &c, nil
-}
-
 func checkDuration(d float64) error {
 	switch {
 	case math.IsNaN(d) || math.IsInf(d, 0):
@@ -185,89 +236,6 @@ func checkDuration(d float64) error {
 		return invalid("durationSeconds %g is negative", d)
 	}
 	return nil
-}
-
-func decodeFailed(fields map[string]json.RawMessage) (*InterviewFailed, error) {
-	var f InterviewFailed
-	var err error
-	if f.Type, err = str(fields, "type"); err != nil {
-		return nil, err
-	}
-	if f.Type != EventInterviewFailed {
-		return nil, invalid("type %q is not %q", truncate(f.Type, 64), EventInterviewFailed)
-	}
-	if f.InterviewID, err = oid(fields, "interviewId"); err != nil {
-		return nil, err
-	}
-	if f.OrganizationID, err = oid(fields, "organizationId"); err != nil {
-		return nil, err
-	}
-	if f.FailureReason, err = str(fields, "failureReason"); err != nil {
-		return nil, err
-	}
-	if f.FailedAt, err = datetime(fields, "failedAt"); err != nil {
-		return nil, err
-	}
-	return &f, nil
-}
-
-// DecodeReportGenerate decodes a report-generate body leniently.
-func DecodeReportGenerate(payload []byte) (ReportGenerate, error) {
-	fields, err := object(payload)
-	if err != nil {
-		return ReportGenerate{}, err
-	}
-	var r ReportGenerate
-	if r.InterviewID, err = oid(fields, "interviewId"); err != nil {
-		return ReportGenerate{}, err
-	}
-	if r.OrganizationID, err = oid(fields, "organizationId"); err != nil {
-		return ReportGenerate{}, err
-	}
-	return r, nil
-}
-
-// strictFields refuses unknown keys: our publishers are strict (eventpipe's
-// rule: strict on publish, lenient on consume).
-func strictFields(payload []byte, allowed ...string) error {
-	fields, err := object(payload)
-	if err != nil {
-		return err
-	}
-	for k := range fields {
-		known := false
-		for _, a := range allowed {
-			if k == a {
-				known = true
-				break
-			}
-		}
-		if !known {
-			return invalid("unknown field %q", truncate(k, 64))
-		}
-	}
-	return nil
-}
-
-// ValidateInterviewEvent is the strict check `eventpipe publish` runs for
-// interview-completed: the consumer's decoder plus no unknown fields.
-func ValidateInterviewEvent(payload []byte) error {
-	ev, err := DecodeInterviewEvent(payload)
-	if err != nil {
-		return err
-	}
-	if ev.Failed != nil {
-		return strictFields(payload, "type", "interviewId", "organizationId", "failureReason", "failedAt")
-	}
-	return strictFields(payload, "interviewId", "organizationId", "completedAt", "durationSeconds")
-}
-
-// ValidateReportGenerate is the strict check for report-generate.
-func ValidateReportGenerate(payload []byte) error {
-	if _, err := DecodeReportGenerate(payload); err != nil {
-		return err
-	}
-	return strictFields(payload, "interviewId", "organizationId")
 }
 
 // RequestIDOf returns a message's requestId attribute, or "".

@@ -50,19 +50,19 @@ func TestDecodeInterviewEvent(t *testing.T) {
 		"empty":                       {body: ``, wantErr: "not a JSON object"},
 		"broken json":                 {body: `{"interviewId":`, wantErr: "not a JSON object"},
 		"trailing data":               {body: completed + ` {}`, wantErr: "not a JSON object"},
-		"missing duration":            {body: strings.Replace(completed, `,"durationSeconds":125.5`, "", 1), wantErr: "durationSeconds is required"},
-		"null duration":               {body: strings.Replace(completed, "125.5", "null", 1), wantErr: "must be a number"},
-		"negative duration":           {body: strings.Replace(completed, "125.5", "-1", 1), wantErr: "negative"},
-		"huge duration":               {body: strings.Replace(completed, "125.5", "1e400", 1), wantErr: "must be a number"},
-		"id not hex":                  {body: strings.Replace(completed, ivID, "zzzzzzzzzzzzzzzzzzzzzzzz", 1), wantErr: "not an ObjectId"},
-		"id too short":                {body: strings.Replace(completed, ivID, ivID[:23], 1), wantErr: "not an ObjectId"},
-		"id a number":                 {body: strings.Replace(completed, `"`+ivID+`"`, "7", 1), wantErr: "must be a string"},
-		"org missing":                 {body: fmt.Sprintf(`{"interviewId":%q,"completedAt":"2026-11-30T10:00:00Z","durationSeconds":1}`, ivID), wantErr: "organizationId is required"},
-		"completedAt not a date":      {body: strings.Replace(completed, "2026-11-30T10:00:00.000Z", "yesterday", 1), wantErr: "not an ISO-8601"},
-		"type present but wrong":      {body: strings.Replace(failed, "interview.failed", "interview.completed", 1), wantErr: "is not \"interview.failed\""},
-		"type null takes failed path": {body: strings.Replace(failed, `"interview.failed"`, "null", 1), wantErr: "type must be a string"},
-		"type on a completion body":   {body: strings.Replace(completed, "{", `{"type":"interview.failed",`, 1), wantErr: "failureReason is required"},
-		"failed without reason":       {body: strings.Replace(failed, `"failureReason":"bot crashed",`, "", 1), wantErr: "failureReason is required"},
+		"missing duration":            {body: strings.Replace(completed, `,"durationSeconds":125.5`, "", 1), wantErr: "field durationSeconds: required"},
+		"null duration":               {body: strings.Replace(completed, "125.5", "null", 1), wantErr: "field durationSeconds: want number, got null"},
+		"negative duration":           {body: strings.Replace(completed, "125.5", "-1", 1), wantErr: "field durationSeconds: must be >= 0"},
+		"huge duration":               {body: strings.Replace(completed, "125.5", "1e400", 1), wantErr: "field durationSeconds: does not fit a float64"},
+		"id not hex":                  {body: strings.Replace(completed, ivID, "zzzzzzzzzzzzzzzzzzzzzzzz", 1), wantErr: "field interviewId: must match"},
+		"id too short":                {body: strings.Replace(completed, ivID, ivID[:23], 1), wantErr: "field interviewId: must match"},
+		"id a number":                 {body: strings.Replace(completed, `"`+ivID+`"`, "7", 1), wantErr: "field interviewId: want string, got number"},
+		"org missing":                 {body: fmt.Sprintf(`{"interviewId":%q,"completedAt":"2026-11-30T10:00:00Z","durationSeconds":1}`, ivID), wantErr: "field organizationId: required"},
+		"completedAt not a date":      {body: strings.Replace(completed, "2026-11-30T10:00:00.000Z", "yesterday", 1), wantErr: "field completedAt: not a valid date-time"},
+		"type present but wrong":      {body: strings.Replace(failed, "interview.failed", "interview.completed", 1), wantErr: "field type: must be interview.failed"},
+		"type null takes failed path": {body: strings.Replace(failed, `"interview.failed"`, "null", 1), wantErr: "field type: must be interview.failed"},
+		"type on a completion body":   {body: strings.Replace(completed, "{", `{"type":"interview.failed",`, 1), wantErr: "field failureReason: required"},
+		"failed without reason":       {body: strings.Replace(failed, `"failureReason":"bot crashed",`, "", 1), wantErr: "field failureReason: required"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -90,11 +90,31 @@ func TestDecodeInterviewEvent(t *testing.T) {
 	}
 }
 
+// TestDecodeReportGenerate: report.generate's bad bodies are refused with
+// the field named; an unknown field is ignored and not kept.
+func TestDecodeReportGenerate(t *testing.T) {
+	t.Parallel()
+	ok := fmt.Sprintf(`{"interviewId":%q,"organizationId":%q}`, ivID, orgID)
+	for body, want := range map[string]string{
+		fmt.Sprintf(`{"interviewId":%q}`, ivID):                               "field organizationId: required",
+		fmt.Sprintf(`{"interviewId":%q,"organizationId":7}`, ivID):            "field organizationId: want string, got number",
+		fmt.Sprintf(`{"interviewId":"x%s","organizationId":%q}`, ivID, orgID): "field interviewId: must match",
+		`[]`: "not a JSON object",
+	} {
+		_, err := interviews.DecodeReportGenerate([]byte(body))
+		require.ErrorIs(t, err, interviews.ErrInvalidBody, body)
+		assert.Contains(t, err.Error(), want, body)
+	}
+	r, err := interviews.DecodeReportGenerate([]byte(strings.Replace(ok, "{", `{"apiKey":"forward-me",`, 1)))
+	require.NoError(t, err)
+	assert.Equal(t, interviews.ReportGenerate{InterviewID: ivID, OrganizationID: orgID}, r, "nothing else is kept")
+}
+
 func TestValidateIsStrict(t *testing.T) {
 	t.Parallel()
 	ok := fmt.Sprintf(`{"interviewId":%q,"organizationId":%q,"completedAt":"2026-11-30T10:00:00Z","durationSeconds":60}`, ivID, orgID)
 	require.NoError(t, interviews.ValidateInterviewEvent([]byte(ok)))
-	assert.ErrorContains(t, interviews.ValidateInterviewEvent([]byte(strings.Replace(ok, "{", `{"token":"s3cret",`, 1))), `unknown field "token"`)
+	assert.ErrorContains(t, interviews.ValidateInterviewEvent([]byte(strings.Replace(ok, "{", `{"token":"s3cret",`, 1))), "field token: unknown field")
 	assert.Error(t, interviews.ValidateInterviewEvent([]byte(`null`)))
 	rg := fmt.Sprintf(`{"interviewId":%q,"organizationId":%q}`, ivID, orgID)
 	require.NoError(t, interviews.ValidateReportGenerate([]byte(rg)))

@@ -1,11 +1,9 @@
 package joinlink
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"time"
 
@@ -13,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/eventpipe/eventpipe/app/jsonfields"
+	"github.com/eventpipe/eventpipe/app/schemas"
 )
 
 // Queue is the event queue the schedule delivers into
@@ -90,11 +89,6 @@ type wireMessage struct {
 	Data          wireData `json:"data"`
 }
 
-var (
-	messageFields = []string{"queueType", "subType", "timestamp", "correlationId", "data"}
-	dataFields    = []string{"programSessionId", "role", "batchSize", "actorUserId"}
-)
-
 // ErrInvalidMessage is wrapped by every decode and validation error: the
 // processor's non-retryable class.
 var ErrInvalidMessage = errors.New("invalid JOIN_LINK_GENERATION message")
@@ -103,14 +97,15 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidMessage, fmt.Sprintf(format, args...))
 }
 
-// Encode returns m as JSON, strictly: queueType EVENT, subType
-// JOIN_LINK_GENERATION, a timestamp, correlationId = ScheduleName of the
-// session, a positive programSessionId, no negative optional numbers and a
-// role of at most MaxRoleLength bytes. The timestamp is written in UTC with
-// milliseconds; zero optional fields are left out.
+// Encode returns m as JSON, strictly: the message's strict schema (queueType
+// EVENT, subType JOIN_LINK_GENERATION, a timestamp, a positive
+// programSessionId, no negative optional numbers, a role of at most
+// MaxRoleLength characters, no unknown field) and correlationId = ScheduleName
+// of the session, a cross-field rule that stays in Go. The timestamp is
+// written in UTC with milliseconds; zero optional fields are left out.
 func Encode(m Message) ([]byte, error) {
-	if err := checkStrict(m); err != nil {
-		return nil, err
+	if m.Timestamp.IsZero() {
+		return nil, invalid("field timestamp: required")
 	}
 	b, err := json.Marshal(wireMessage{
 		QueueType: m.QueueType, SubType: m.SubType, Timestamp: m.Timestamp.UTC().Format(timestampLayout),
@@ -120,139 +115,97 @@ func Encode(m Message) ([]byte, error) {
 	if err != nil {
 		return nil, invalid("encode: %v", err)
 	}
+	if err := Validate(b); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 
-func checkStrict(m Message) error {
-	if m.QueueType != QueueType {
-		return invalid("queueType %q is not %s", jsonfields.Truncate(m.QueueType, 64), QueueType)
+// Decode decodes a message leniently against its lenient schema: unknown
+// fields (of the message and of data) are ignored and never kept. subType
+// must be JOIN_LINK_GENERATION and queueType, when present, EVENT ("invalid
+// type"); data.programSessionId is required (a positive integer); timestamp
+// (RFC 3339), correlationId, role, batchSize and actorUserId are optional
+// but must have their types when present (the spec: "programSessionId
+// required; others optional", so the schema's other requirements, and
+// correlationId's shape, are waived). Errors wrap ErrInvalidMessage and name
+// the field.
+func Decode(body []byte) (Message, error) { return decode(body, schemas.Lenient) }
+
+func decode(body []byte, mode schemas.Mode) (Message, error) {
+	cat, err := schemas.Default()
+	if err != nil {
+		return Message{}, invalid("schemas: %v", err)
 	}
-	if m.SubType != SubType {
-		return invalid("subType %q is not %s", jsonfields.Truncate(m.SubType, 64), SubType)
+	sch, ok := cat.Message("joinlink", SubType)
+	if !ok {
+		return Message{}, invalid("schemas: no %s", SubType)
 	}
-	if m.Timestamp.IsZero() {
-		return invalid("timestamp is required")
+	err = sch.Check(body, mode)
+	var invalidBody *schemas.InvalidError
+	if mode == schemas.Lenient && errors.As(err, &invalidBody) {
+		err = invalidBody.Without(consumerWaives)
 	}
-	if m.Data.ProgramSessionID <= 0 {
-		return invalid("data.programSessionId must be a positive integer")
+	if err != nil {
+		return Message{}, invalid("%v", err)
+	}
+	var w struct {
+		QueueType     string `json:"queueType"`
+		SubType       string `json:"subType"`
+		Timestamp     string `json:"timestamp"`
+		CorrelationID string `json:"correlationId"`
+		Data          struct {
+			ProgramSessionID json.Number `json:"programSessionId"`
+			Role             string      `json:"role"`
+			BatchSize        json.Number `json:"batchSize"`
+			ActorUserID      json.Number `json:"actorUserId"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(body, &w); err != nil {
+		return Message{}, invalid("%v", err)
+	}
+	m := Message{QueueType: w.QueueType, SubType: w.SubType, CorrelationID: w.CorrelationID, Data: Data{Role: w.Data.Role}}
+	if w.Timestamp != "" {
+		t, err := time.Parse(time.RFC3339Nano, w.Timestamp)
+		if err != nil {
+			return Message{}, invalid("field timestamp: not an RFC 3339 time")
+		}
+		m.Timestamp = t.UTC()
+	}
+	// The schema said they are integers in range; 12.0 is one.
+	m.Data.ProgramSessionID = integer(w.Data.ProgramSessionID)
+	m.Data.BatchSize = int(integer(w.Data.BatchSize))
+	m.Data.ActorUserID = integer(w.Data.ActorUserID)
+	return m, nil
+}
+
+// consumerWaives reports whether the consumer takes what the contract
+// refuses: queueType, timestamp and correlationId may be absent, and
+// correlationId of any shape (the spec: "programSessionId required; others
+// optional").
+func consumerWaives(p schemas.FieldError) bool {
+	switch p.Field {
+	case "queueType", "timestamp":
+		return p.Keyword == "required"
+	case "correlationId":
+		return p.Keyword == "required" || p.Keyword == "pattern"
+	}
+	return false
+}
+
+// Validate is the strict check `eventpipe publish` runs for the queue and
+// Encode runs on every message of ours: the strict schema (no unknown
+// fields, every field present) and correlationId = ScheduleName of the
+// session.
+func Validate(body []byte) error {
+	m, err := decode(body, schemas.Strict)
+	if err != nil {
+		return err
 	}
 	if want := ScheduleName(m.Data.ProgramSessionID); m.CorrelationID != want {
 		return invalid("correlationId %q is not %q", jsonfields.Truncate(m.CorrelationID, 64), want)
 	}
-	return checkOptional(m.Data)
-}
-
-func checkOptional(d Data) error {
-	if d.BatchSize < 0 {
-		return invalid("data.batchSize must not be negative")
-	}
-	if d.ActorUserID < 0 {
-		return invalid("data.actorUserId must not be negative")
-	}
-	if len(d.Role) > MaxRoleLength {
-		return invalid("data.role longer than %d bytes", MaxRoleLength)
-	}
 	return nil
-}
-
-// Decode decodes a message leniently: unknown fields (of the message and of
-// data) are ignored and never kept. subType must be JOIN_LINK_GENERATION and
-// queueType, when present, EVENT ("invalid type"); data.programSessionId is
-// required (a positive integer); timestamp (RFC 3339), correlationId, role,
-// batchSize and actorUserId are optional but must have their types when
-// present. Errors wrap ErrInvalidMessage.
-func Decode(body []byte) (Message, error) {
-	fields, err := object(body, "body")
-	if err != nil {
-		return Message{}, err
-	}
-	var m Message
-	if m.SubType, err = str(fields, "subType", true); err != nil {
-		return Message{}, err
-	}
-	if m.SubType != SubType {
-		return Message{}, invalid("subType %q is not %s", jsonfields.Truncate(m.SubType, 64), SubType)
-	}
-	if m.QueueType, err = str(fields, "queueType", false); err != nil {
-		return Message{}, err
-	}
-	if m.QueueType != "" && m.QueueType != QueueType {
-		return Message{}, invalid("queueType %q is not %s", jsonfields.Truncate(m.QueueType, 64), QueueType)
-	}
-	ts, err := str(fields, "timestamp", false)
-	if err != nil {
-		return Message{}, err
-	}
-	if ts != "" {
-		t, err := time.Parse(time.RFC3339Nano, ts)
-		if err != nil {
-			return Message{}, invalid("timestamp %q is not an RFC 3339 time", jsonfields.Truncate(ts, 64))
-		}
-		m.Timestamp = t.UTC()
-	}
-	if m.CorrelationID, err = str(fields, "correlationId", false); err != nil {
-		return Message{}, err
-	}
-	if len(m.CorrelationID) > 128 {
-		return Message{}, invalid("correlationId longer than 128 bytes")
-	}
-	raw, ok := fields["data"]
-	if !ok {
-		return Message{}, invalid("data is required")
-	}
-	data, err := object(raw, "data")
-	if err != nil {
-		return Message{}, err
-	}
-	if _, ok := data["programSessionId"]; !ok {
-		return Message{}, invalid("data.programSessionId is required")
-	}
-	if m.Data.ProgramSessionID, err = integer(data, "programSessionId"); err != nil {
-		return Message{}, err
-	}
-	if m.Data.ProgramSessionID <= 0 {
-		return Message{}, invalid("data.programSessionId must be a positive integer")
-	}
-	if m.Data.Role, err = str(data, "role", false); err != nil {
-		return Message{}, err
-	}
-	bs, err := integer(data, "batchSize")
-	if err != nil {
-		return Message{}, err
-	}
-	if bs > math.MaxInt32 {
-		return Message{}, invalid("data.batchSize too large")
-	}
-	m.Data.BatchSize = int(bs)
-	if m.Data.ActorUserID, err = integer(data, "actorUserId"); err != nil {
-		return Message{}, err
-	}
-	if err := checkOptional(m.Data); err != nil {
-		return Message{}, err
-	}
-	return m, nil
-}
-
-// Validate is the strict check `eventpipe publish` runs for the queue: what
-// Encode requires, on a body (no unknown fields, every field present).
-func Validate(body []byte) error {
-	m, err := Decode(body)
-	if err != nil {
-		return err
-	}
-	if err := strictObject(body, "body", messageFields...); err != nil {
-		return err
-	}
-	fields, _ := object(body, "body")
-	if err := strictObject(fields["data"], "data", dataFields...); err != nil {
-		return err
-	}
-	for _, k := range []string{"queueType", "timestamp", "correlationId"} {
-		if _, ok := fields[k]; !ok {
-			return invalid("%s is required", k)
-		}
-	}
-	return checkStrict(m)
 }
 
 // NewWatermillMessage returns m encoded (strictly) as a message with a new
@@ -281,50 +234,15 @@ func object(b []byte, what string) (map[string]json.RawMessage, error) {
 	return fields, nil
 }
 
-func str(fields map[string]json.RawMessage, key string, required bool) (string, error) {
-	s, err := jsonfields.String(fields, key, required)
-	if err != nil {
-		return "", invalid("%s", err)
-	}
-	return s, nil
-}
 
-// integer reads an optional JSON integer (absent = 0). 12.0 is accepted,
-// 12.5, strings and null are not.
-func integer(fields map[string]json.RawMessage, key string) (int64, error) {
-	raw, ok := fields[key]
-	if !ok {
-		return 0, nil
-	}
-	t := bytes.TrimSpace(raw)
-	if len(t) == 0 || (t[0] != '-' && (t[0] < '0' || t[0] > '9')) {
-		return 0, invalid("data.%s must be an integer", key)
-	}
-	var n json.Number
-	dec := json.NewDecoder(bytes.NewReader(t))
-	dec.UseNumber()
-	if err := dec.Decode(&n); err != nil || jsonfields.IsNull(raw) {
-		return 0, invalid("data.%s must be an integer", key)
+// integer is n, an integer the schema checked (absent = 0; 12.0 is 12).
+func integer(n json.Number) int64 {
+	if n == "" {
+		return 0
 	}
 	if i, err := n.Int64(); err == nil {
-		return i, nil
+		return i
 	}
-	f, err := n.Float64()
-	if err != nil || f != math.Trunc(f) || f > math.MaxInt64/2 || f < math.MinInt64/2 {
-		return 0, invalid("data.%s must be an integer", key)
-	}
-	return int64(f), nil
-}
-
-// strictObject refuses keys other than allowed: our publishers are strict
-// (eventpipe's rule: strict on publish, lenient on consume).
-func strictObject(b []byte, what string, allowed ...string) error {
-	fields, err := object(b, what)
-	if err != nil {
-		return err
-	}
-	if k, ok := jsonfields.Unknown(fields, allowed...); ok {
-		return invalid("%s: unknown field %q", what, jsonfields.Truncate(k, 64))
-	}
-	return nil
+	f, _ := n.Float64()
+	return int64(f)
 }

@@ -84,4 +84,16 @@ func TestDecodeIsLenient(t *testing.T) {
 		_, err := joinlink.Decode([]byte(body))
 		require.ErrorIs(t, err, joinlink.ErrInvalidMessage, name)
 	}
+	// The error names the field at fault.
+	for body, want := range map[string]string{
+		`{"data":{"programSessionId":1}}`:                                                               "field subType: required",
+		`{"subType":"OTHER","data":{"programSessionId":1}}`:                                             "field subType: must be JOIN_LINK_GENERATION",
+		`{"subType":"JOIN_LINK_GENERATION","data":{}}`:                                                  "field data.programSessionId: required",
+		`{"subType":"JOIN_LINK_GENERATION","data":{"programSessionId":"1"}}`:                            "field data.programSessionId: want integer, got string",
+		`{"subType":"JOIN_LINK_GENERATION","data":{"programSessionId":1,"batchSize":-2}}`:               "field data.batchSize: must be >= 0",
+		`{"subType":"JOIN_LINK_GENERATION","correlationId":"x","data":{"programSessionId":1,"role":3}}`: "field data.role: want string, got number",
+	} {
+		_, err := joinlink.Decode([]byte(body))
+		assert.EqualError(t, err, "invalid JOIN_LINK_GENERATION message: "+want, body)
+	}
 }

@@ -370,8 +370,8 @@ func testDeadLetters(t *testing.T, kind string) {
 		name, reason string
 		body         func(id string) []byte
 	}{
-		{"not JSON", "decode", func(id string) []byte { return []byte(`{"messageId":"` + id + `", not json`) }},
-		{"missing traceId", "traceId is required", func(id string) []byte {
+		{"not JSON", "body: not JSON", func(id string) []byte { return []byte(`{"messageId":"` + id + `", not json`) }},
+		{"missing traceId", "field traceId: required", func(id string) []byte {
 			return []byte(strings.Replace(string(rawEnvelope(id, catalog.AnalyzeResume, "v1", resumePayload)), `"traceId":"t-`+id+`",`, "", 1))
 		}},
 		{"wrong messageType for the routing key", `differs from the routing key "analyze.resume"`, func(id string) []byte {

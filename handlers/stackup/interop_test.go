@@ -279,7 +279,7 @@ func testInterop(t *testing.T, p amqpPeer) {
 	assert.Equal(t, "stackup.dlx", dl.Exchange, "through the declared dead-letter exchange")
 	assert.Equal(t, "dlq.core.callback.questions", dl.RoutingKey, "with the declared routing key")
 	assert.Equal(t, "str", dl.Headers["x-exception-message"].Type)
-	assert.Contains(t, dl.Headers["x-exception-message"].str(), "traceId is required")
+	assert.Contains(t, dl.Headers["x-exception-message"].str(), "field traceId: required")
 	assert.Equal(t, catalog.ExchangeAIToCore, dl.Headers["x-original-exchange"].str())
 	assert.Equal(t, catalog.CallbackQuestions, dl.Headers["x-original-routingKey"].str())
 	assert.Contains(t, dl.Headers[metadata.DeadLetterKey].str(), `"source_queue":"core.callback.questions"`)

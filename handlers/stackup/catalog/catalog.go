@@ -12,7 +12,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -23,6 +22,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/eventpipe/eventpipe/app/failure"
+	"github.com/eventpipe/eventpipe/app/schemas"
 	"github.com/eventpipe/eventpipe/handlers/stackup/envelope"
 )
 
@@ -237,10 +237,16 @@ func (e *PayloadError) Error() string {
 func (e *PayloadError) Unwrap() error { return e.Err }
 
 // DecodePayload decodes env's payload leniently by its type and version
-// (§7: unknown fields ignored) and validates it. Every error is permanent.
+// (§7: unknown fields ignored) and validates it: against the type's lenient
+// schema where the StackUp catalog has one (v1), then the payload's own Go
+// rules (what a schema cannot say). Every error is permanent and names the
+// field at fault.
 func (c Catalog) DecodePayload(env envelope.Envelope) (Payload, error) {
 	_, s, err := c.Schema(env.MessageType, env.Version)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkSchema(env, schemas.Lenient); err != nil {
 		return nil, err
 	}
 	p := s.New()
@@ -253,10 +259,62 @@ func (c Catalog) DecodePayload(env envelope.Envelope) (Payload, error) {
 	return p, nil
 }
 
+// typeSchema returns the compiled schema of messageType at version: the
+// StackUp catalog's (app/schemas) for v1; none for a version added with
+// With, whose payload's Validate is its whole check.
+func typeSchema(messageType, version string) (schemas.Message, bool, error) {
+	if version != V1 {
+		return schemas.Message{}, false, nil
+	}
+	cat, err := schemas.Default()
+	if err != nil {
+		return schemas.Message{}, false, err
+	}
+	m, ok := cat.Message("stackup", messageType)
+	return m, ok, nil
+}
+
+// checkSchema checks env, payload included, against its type's schema in
+// mode; a type and version without one passes.
+func checkSchema(env envelope.Envelope, mode schemas.Mode) error {
+	m, ok, err := typeSchema(env.MessageType, env.Version)
+	if err != nil || !ok {
+		return err
+	}
+	body, err := json.Marshal(env)
+	if err != nil {
+		return failure.AsPermanent(&PayloadError{MessageType: env.MessageType, Version: env.Version, Err: err})
+	}
+	return checkBody(env, m, body, mode)
+}
+
+func checkBody(env envelope.Envelope, m schemas.Message, body []byte, mode schemas.Mode) error {
+	if err := m.Check(body, mode); err != nil {
+		return failure.AsPermanent(&PayloadError{MessageType: env.MessageType, Version: env.Version, Err: err})
+	}
+	return nil
+}
+
+// checkV1 validates a v1 payload built in Go (a further version mapped to
+// v1, Version.AsV1) as if it had arrived in env: the v1 schema, then p's
+// Go rules.
+func checkV1(env envelope.Envelope, p Payload) error {
+	raw, err := json.Marshal(arraysNotNull(p))
+	if err != nil {
+		return err
+	}
+	env.Version, env.Payload = V1, raw
+	if err := checkSchema(env, schemas.Lenient); err != nil {
+		return err
+	}
+	return p.Validate(env)
+}
+
 // ValidateStrict checks an encoded envelope the way a publisher of ours
 // must write it: a strict envelope (envelope.DecodeStrict), a known type and
-// version, a payload without unknown fields that validates, and no field the
-// §5.2 secrets rule forbids, anywhere.
+// version, a payload the type's strict schema accepts (no unknown fields)
+// and its Go rules accept, and no field the §5.2 secrets rule forbids,
+// anywhere.
 func (c Catalog) ValidateStrict(data []byte) error {
 	if err := CheckNoSecrets(data); err != nil {
 		return err
@@ -269,10 +327,22 @@ func (c Catalog) ValidateStrict(data []byte) error {
 	if err != nil {
 		return err
 	}
-	dec := json.NewDecoder(bytes.NewReader(env.Payload))
-	dec.DisallowUnknownFields()
+	m, ok, err := typeSchema(env.MessageType, env.Version)
+	if err != nil {
+		return err
+	}
 	p := s.New()
-	if err := dec.Decode(p); err != nil {
+	if ok {
+		if err := checkBody(env, m, data, schemas.Strict); err != nil {
+			return err
+		}
+		err = json.Unmarshal(env.Payload, p)
+	} else {
+		dec := json.NewDecoder(bytes.NewReader(env.Payload))
+		dec.DisallowUnknownFields()
+		err = dec.Decode(p)
+	}
+	if err != nil {
 		return failure.AsPermanent(&PayloadError{MessageType: env.MessageType, Version: env.Version, Err: err})
 	}
 	if err := p.Validate(env); err != nil {
@@ -414,18 +484,6 @@ func walkSecrets(v any, path string, hit func(string)) {
 
 func newTraceID() string {
 	return strings.ReplaceAll(envelope.NewID(), "-", "")
-}
-
-// problems collects validation problems into one error.
-type problems []string
-
-func (p *problems) add(format string, args ...any) { *p = append(*p, fmt.Sprintf(format, args...)) }
-
-func (p problems) err() error {
-	if len(p) == 0 {
-		return nil
-	}
-	return errors.New(strings.Join(p, "; "))
 }
 
 // arraysNotNull returns p, or a copy of it whose nil slices — in the

@@ -2,6 +2,7 @@ package catalog_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -108,16 +109,16 @@ func TestValidationRefuses(t *testing.T) {
 	}{
 		"unknown type":                     {wrap("analyze.everything", `{}`, ""), "unknown messageType"},
 		"unknown version":                  {[]byte(strings.Replace(string(wrap(catalog.AnalyzeResume, `{"resumeId":1,"filePath":"a","analyzedDocumentId":1}`, "")), `"v1"`, `"v2"`, 1)), `version "v2" has no handler`},
-		"missing id":                       {wrap(catalog.AnalyzeResume, `{"filePath":"a","analyzedDocumentId":1}`, ""), "resumeId must be a positive id"},
-		"absolute file path":               {wrap(catalog.AnalyzeResume, `{"resumeId":1,"filePath":"s3://bucket/a","analyzedDocumentId":1}`, ""), "relative storage key"},
-		"bad repo name":                    {wrap(catalog.AnalyzeRepository, `{"repositoryId":7,"repoFullName":"hello","defaultBranch":"main","analyzedDocumentId":1}`, ""), "owner/name"},
-		"bad url":                          {wrap(catalog.AnalyzeWeb, `{"resumeId":1,"url":"file:///etc/passwd","analyzedDocumentId":1}`, ""), "http(s) URL"},
-		"bad target":                       {wrap(catalog.CallbackAnalysis, `{"targetType":"PHOTO","targetId":1}`, ""), "targetType"},
-		"failed without code":              {wrap(catalog.CallbackFeedback, `{"sessionId":1,"status":"FAILED"}`, ""), "errorCode is required"},
-		"bad kind":                         {wrap(catalog.CallbackQuestions, `{"sessionId":1,"kind":"OTHER"}`, ""), "kind"},
-		"followup no question":             {wrap(catalog.CallbackQuestions, `{"sessionId":1,"kind":"FOLLOWUP","answerIntent":"NORMAL"}`, ""), "followupQuestion is required"},
-		"session notify without sessionId": {wrap(catalog.RealtimeSessionNotify, `{"eventType":"X","data":{}}`, `{"userId":1}`), "context.sessionId is required"},
-		"wrong field type":                 {wrap(catalog.AnalyzeResume, `{"resumeId":"42","filePath":"a","analyzedDocumentId":1}`, ""), "resumeId"},
+		"missing id":                       {wrap(catalog.AnalyzeResume, `{"filePath":"a","analyzedDocumentId":1}`, ""), "field payload.resumeId: required"},
+		"absolute file path":               {wrap(catalog.AnalyzeResume, `{"resumeId":1,"filePath":"s3://bucket/a","analyzedDocumentId":1}`, ""), "field payload.filePath: must not match"},
+		"bad repo name":                    {wrap(catalog.AnalyzeRepository, `{"repositoryId":7,"repoFullName":"hello","defaultBranch":"main","analyzedDocumentId":1}`, ""), "field payload.repoFullName: must match \"^[^/]+/[^/]+$\" (owner/name)"},
+		"bad url":                          {wrap(catalog.AnalyzeWeb, `{"resumeId":1,"url":"file:///etc/passwd","analyzedDocumentId":1}`, ""), "field payload.url: must match"},
+		"bad target":                       {wrap(catalog.CallbackAnalysis, `{"targetType":"PHOTO","targetId":1}`, ""), "field payload.targetType: must be one of RESUME, REPOSITORY, WEB, COVER_LETTER"},
+		"failed without code":              {wrap(catalog.CallbackFeedback, `{"sessionId":1,"status":"FAILED"}`, ""), "field payload.errorCode: required"},
+		"bad kind":                         {wrap(catalog.CallbackQuestions, `{"sessionId":1,"kind":"OTHER"}`, ""), "field payload.kind: must be one of POOL, FOLLOWUP"},
+		"followup no question":             {wrap(catalog.CallbackQuestions, `{"sessionId":1,"kind":"FOLLOWUP","answerIntent":"NORMAL"}`, ""), "field payload.followupQuestion: required"},
+		"session notify without sessionId": {wrap(catalog.RealtimeSessionNotify, `{"eventType":"X","data":{}}`, `{"userId":1}`), "field context.sessionId: required"},
+		"wrong field type":                 {wrap(catalog.AnalyzeResume, `{"resumeId":"42","filePath":"a","analyzedDocumentId":1}`, ""), "field payload.resumeId: want integer, got string"},
 	}
 	for name, tc := range cases {
 		env, err := envelope.Decode(tc.body)
@@ -212,4 +213,107 @@ func TestPolicyFor(t *testing.T) {
 	_, err = catalog.PolicyFor(top, "nope", catalog.Retry{})
 	require.Error(t, err)
 	assert.True(t, errors.Is(fmt.Errorf("x: %w", catalog.ErrNotConfigured), catalog.ErrNotConfigured))
+}
+
+// TestBadBodiesPerType: every message type's payload, valid and then broken
+// one way each — a required field missing, a field of the wrong type, a
+// value outside its enum — is refused permanently with the field named; an
+// unknown field is accepted on consume and not kept (re-encoding the decoded
+// payload cannot forward it).
+func TestBadBodiesPerType(t *testing.T) {
+	t.Parallel()
+	c := catalog.Default()
+	session := `{"userId":1,"sessionId":9}`
+	cases := []struct {
+		messageType, valid, context string
+		missing, wrongType, badEnum [2]string // [payload, the error's field and reason]
+	}{
+		{catalog.AnalyzeResume, `{"resumeId":1,"filePath":"a/b.pdf","analyzedDocumentId":2}`, "",
+			[2]string{`{"filePath":"a/b.pdf","analyzedDocumentId":2}`, "field payload.resumeId: required"},
+			[2]string{`{"resumeId":1,"filePath":7,"analyzedDocumentId":2}`, "field payload.filePath: want string, got number"}, [2]string{}},
+		{catalog.AnalyzeCoverLetter, `{"coverLetterId":1,"filePath":"a/b.pdf","analyzedDocumentId":2}`, "",
+			[2]string{`{"coverLetterId":1,"filePath":"a/b.pdf"}`, "field payload.analyzedDocumentId: required"},
+			[2]string{`{"coverLetterId":true,"filePath":"a/b.pdf","analyzedDocumentId":2}`, "field payload.coverLetterId: want integer, got boolean"}, [2]string{}},
+		{catalog.AnalyzeRepository, `{"repositoryId":1,"repoFullName":"o/n","defaultBranch":"main","analyzedDocumentId":2}`, "",
+			[2]string{`{"repositoryId":1,"repoFullName":"o/n","analyzedDocumentId":2}`, "field payload.defaultBranch: required"},
+			[2]string{`{"repositoryId":1.5,"repoFullName":"o/n","defaultBranch":"main","analyzedDocumentId":2}`, "field payload.repositoryId: want integer, got number"}, [2]string{}},
+		{catalog.AnalyzeWeb, `{"resumeId":1,"url":"https://example.com","analyzedDocumentId":2}`, "",
+			[2]string{`{"resumeId":1,"analyzedDocumentId":2}`, "field payload.url: required"},
+			[2]string{`{"resumeId":1,"url":["https://example.com"],"analyzedDocumentId":2}`, "field payload.url: want string, got array"}, [2]string{}},
+		{catalog.CallbackAnalysis, `{"targetType":"RESUME","targetId":1,"status":"ANALYZED"}`, "",
+			[2]string{`{"targetType":"RESUME","status":"ANALYZED"}`, "field payload.targetId: required"},
+			[2]string{`{"targetType":"RESUME","targetId":1,"techStack":"Go"}`, "field payload.techStack: want array, got string"},
+			[2]string{`{"targetType":"RESUME","targetId":1,"status":"DONE"}`, "field payload.status: must be one of ANALYZED, OK, FAILED"}},
+		{catalog.GenerateQuestions, `{"sessionId":9,"mode":"TECHNICAL"}`, session,
+			[2]string{`{"sessionId":9}`, "field payload.mode: required"},
+			[2]string{`{"sessionId":9,"mode":"TECHNICAL","maxQuestions":"10"}`, "field payload.maxQuestions: want integer, got string"}, [2]string{}},
+		{catalog.GenerateFollowup, `{"sessionId":9,"parentMessageId":1,"answerMessageId":2,"mode":"TECHNICAL"}`, session,
+			[2]string{`{"sessionId":9,"parentMessageId":1,"mode":"TECHNICAL"}`, "field payload.answerMessageId: required"},
+			[2]string{`{"sessionId":9,"parentMessageId":1,"answerMessageId":2,"mode":"TECHNICAL","contextDocumentIds":[1,"2"]}`, "field payload.contextDocumentIds[1]: want integer, got string"}, [2]string{}},
+		{catalog.GenerateFeedback, `{"sessionId":9,"mode":"TECHNICAL"}`, session,
+			[2]string{`{"mode":"TECHNICAL"}`, "field payload.sessionId: required"},
+			[2]string{`{"sessionId":9,"mode":"TECHNICAL","messages":{}}`, "field payload.messages: want array, got object"}, [2]string{}},
+		{catalog.AnalyzeVoice, `{"sessionId":9,"messageId":1,"audioS3Key":"a/b.webm","contentType":"audio/webm"}`, session,
+			[2]string{`{"sessionId":9,"messageId":1,"audioS3Key":"a/b.webm"}`, "field payload.contentType: required"},
+			[2]string{`{"sessionId":9,"messageId":"1","audioS3Key":"a/b.webm","contentType":"audio/webm"}`, "field payload.messageId: want integer, got string"}, [2]string{}},
+		{catalog.GenerateTTS, `{"sessionId":9,"messageId":1,"text":"q?"}`, session,
+			[2]string{`{"sessionId":9,"messageId":1}`, "field payload.text: required"},
+			[2]string{`{"sessionId":9,"messageId":1,"text":{}}`, "field payload.text: want string, got object"}, [2]string{}},
+		{catalog.CallbackQuestions, `{"sessionId":9,"kind":"POOL","questions":[]}`, "",
+			[2]string{`{"kind":"POOL"}`, "field payload.sessionId: required"},
+			[2]string{`{"sessionId":9,"kind":"POOL","questions":"q"}`, "field payload.questions: want array, got string"},
+			[2]string{`{"sessionId":9,"kind":"POOL","status":"DONE"}`, "field payload.status: must be one of OK, FAILED"}},
+		{catalog.CallbackFeedback, `{"sessionId":9,"overallScore":70}`, "",
+			[2]string{`{"overallScore":70}`, "field payload.sessionId: required"},
+			[2]string{`{"sessionId":9,"overallScore":"70"}`, "field payload.overallScore: want null or number, got string"},
+			[2]string{`{"sessionId":9,"status":"DONE"}`, "field payload.status: must be one of OK, FAILED"}},
+		{catalog.CallbackVoice, `{"sessionId":9,"interviewMessageId":1}`, "",
+			[2]string{`{"sessionId":9}`, "field payload.interviewMessageId: required"},
+			[2]string{`{"sessionId":9,"interviewMessageId":1,"transcript":7}`, "field payload.transcript: want null or string, got number"}, [2]string{}},
+		{catalog.CallbackTTS, `{"sessionId":9,"messageId":1,"status":"SUCCEEDED","audioKey":"a/b.mp3"}`, "",
+			[2]string{`{"sessionId":9,"messageId":1,"status":"SUCCEEDED"}`, "field payload.audioKey: required"},
+			[2]string{`{"sessionId":9,"messageId":1,"audioKey":"a/b.mp3","durationSec":"4"}`, "field payload.durationSec: want null or number, got string"},
+			[2]string{`{"sessionId":9,"messageId":1,"status":"OK","audioKey":"a/b.mp3"}`, "field payload.status: must be one of SUCCEEDED, FAILED"}},
+		{catalog.RealtimeSessionNotify, `{"eventType":"X","data":{"a":1}}`, session,
+			[2]string{`{"data":{}}`, "field payload.eventType: required"},
+			[2]string{`{"eventType":1}`, "field payload.eventType: want string, got number"}, [2]string{}},
+		{catalog.RealtimeUserNotify, `{"eventType":"X","data":{}}`, `{"userId":1}`,
+			[2]string{`{}`, "field payload.eventType: required"},
+			[2]string{`{"eventType":null}`, "field payload.eventType: want string, got null"}, [2]string{}},
+		{catalog.RealtimeDocumentNotify, `{"eventType":"X","data":{}}`, `{"documentId":1}`,
+			[2]string{`{}`, "field payload.eventType: required"},
+			[2]string{`{"eventType":[]}`, "field payload.eventType: want string, got array"}, [2]string{}},
+	}
+	tested := map[string]bool{}
+	for _, tc := range cases {
+		tested[tc.messageType] = true
+		decode := func(payload string) (catalog.Payload, error) {
+			env, err := envelope.Decode(wrap(tc.messageType, payload, tc.context))
+			if err != nil {
+				return nil, err
+			}
+			return c.DecodePayload(env)
+		}
+		_, err := decode(tc.valid)
+		require.NoError(t, err, tc.messageType)
+		for _, bad := range [][2]string{tc.missing, tc.wrongType, tc.badEnum} {
+			if bad[0] == "" {
+				continue
+			}
+			_, err := decode(bad[0])
+			require.Error(t, err, "%s %s", tc.messageType, bad[0])
+			assert.Equal(t, failure.Permanent, failure.Of(err), tc.messageType)
+			assert.Contains(t, err.Error(), bad[1], "%s %s", tc.messageType, bad[0])
+		}
+		unknown := strings.Replace(tc.valid, "{", `{"zzUnknown":"forward-me",`, 1)
+		p, err := decode(unknown)
+		require.NoError(t, err, "%s: an unknown field is ignored on consume", tc.messageType)
+		out, err := json.Marshal(p)
+		require.NoError(t, err)
+		assert.NotContains(t, string(out), "forward-me", "%s: and not kept", tc.messageType)
+		require.Error(t, c.ValidateStrict(wrap(tc.messageType, unknown, tc.context)), "%s: publishers may not add it", tc.messageType)
+	}
+	for _, typ := range c.Types() {
+		assert.True(t, tested[typ.Name], "no bad bodies for %s", typ.Name)
+	}
 }

@@ -243,7 +243,7 @@ func (c Catalog) WithVersions(versions map[string][]Version) (Catalog, error) {
 }
 
 // Handler returns the handler of v's version: the payload mapped to v1 and
-// validated, then v1.
+// validated as v1 (its schema, then its Go rules), then v1.
 func (v Version) Handler(messageType string, v1 Handler) Handler {
 	return func(ctx context.Context, d Delivery) error {
 		p, err := v.AsV1(d.Payload)
@@ -251,7 +251,7 @@ func (v Version) Handler(messageType string, v1 Handler) Handler {
 			err = errors.New("no v1 payload")
 		}
 		if err == nil {
-			err = p.Validate(d.Envelope)
+			err = checkV1(d.Envelope, p)
 		}
 		if err != nil {
 			return failure.AsPermanent(&PayloadError{MessageType: messageType, Version: v.Schema.Version, Err: fmt.Errorf("as v1: %w", err)})

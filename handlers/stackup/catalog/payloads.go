@@ -2,8 +2,7 @@ package catalog
 
 import (
 	"encoding/json"
-	"net/url"
-	"strings"
+	"fmt"
 
 	"github.com/eventpipe/eventpipe/handlers/stackup/envelope"
 )
@@ -46,35 +45,6 @@ const (
 	ErrUnexpected              = "UNEXPECTED"
 )
 
-func oneOf(v string, allowed ...string) bool {
-	for _, a := range allowed {
-		if v == a {
-			return true
-		}
-	}
-	return false
-}
-
-func positive(p *problems, name string, v int64) {
-	if v <= 0 {
-		p.add("%s must be a positive id, got %d", name, v)
-	}
-}
-
-func required(p *problems, name, v string) {
-	if strings.TrimSpace(v) == "" {
-		p.add("%s is required", name)
-	}
-}
-
-// storageKey checks an object-storage key: relative, no bucket, no "..".
-func storageKey(p *problems, name, v string) {
-	required(p, name, v)
-	if strings.HasPrefix(v, "/") || strings.Contains(v, "..") || strings.Contains(v, "://") {
-		p.add("%s %q must be a relative storage key (no bucket, no '..')", name, v)
-	}
-}
-
 // AnalyzeResumeV1 is §5.1.
 type AnalyzeResumeV1 struct {
 	ResumeID           int64  `json:"resumeId"`
@@ -82,14 +52,9 @@ type AnalyzeResumeV1 struct {
 	AnalyzedDocumentID int64  `json:"analyzedDocumentId"`
 }
 
-// Validate implements Payload.
-func (r *AnalyzeResumeV1) Validate(envelope.Envelope) error {
-	var p problems
-	positive(&p, "resumeId", r.ResumeID)
-	storageKey(&p, "filePath", r.FilePath)
-	positive(&p, "analyzedDocumentId", r.AnalyzedDocumentID)
-	return p.err()
-}
+// Validate implements Payload: v1's rules are all its schema's (the
+// StackUp catalog of app/schemas), which DecodePayload checks first.
+func (*AnalyzeResumeV1) Validate(envelope.Envelope) error { return nil }
 
 // AnalyzeCoverLetterV1 is our extension for analyze.cover_letter, which §5
 // routes (§1) but does not describe: it mirrors analyze.resume
@@ -100,14 +65,9 @@ type AnalyzeCoverLetterV1 struct {
 	AnalyzedDocumentID int64  `json:"analyzedDocumentId"`
 }
 
-// Validate implements Payload.
-func (r *AnalyzeCoverLetterV1) Validate(envelope.Envelope) error {
-	var p problems
-	positive(&p, "coverLetterId", r.CoverLetterID)
-	storageKey(&p, "filePath", r.FilePath)
-	positive(&p, "analyzedDocumentId", r.AnalyzedDocumentID)
-	return p.err()
-}
+// Validate implements Payload: v1's rules are all its schema's (the
+// StackUp catalog of app/schemas), which DecodePayload checks first.
+func (*AnalyzeCoverLetterV1) Validate(envelope.Envelope) error { return nil }
 
 // AnalyzeRepositoryV1 is §5.2. It carries no token: the AI server borrows
 // one from Core's internal API at analysis time (§5.2, §10).
@@ -118,17 +78,9 @@ type AnalyzeRepositoryV1 struct {
 	AnalyzedDocumentID int64  `json:"analyzedDocumentId"`
 }
 
-// Validate implements Payload.
-func (r *AnalyzeRepositoryV1) Validate(envelope.Envelope) error {
-	var p problems
-	positive(&p, "repositoryId", r.RepositoryID)
-	if owner, name, ok := strings.Cut(r.RepoFullName, "/"); !ok || owner == "" || name == "" || strings.Contains(name, "/") {
-		p.add("repoFullName %q must be owner/name", r.RepoFullName)
-	}
-	required(&p, "defaultBranch", r.DefaultBranch)
-	positive(&p, "analyzedDocumentId", r.AnalyzedDocumentID)
-	return p.err()
-}
+// Validate implements Payload: v1's rules are all its schema's (the
+// StackUp catalog of app/schemas), which DecodePayload checks first.
+func (*AnalyzeRepositoryV1) Validate(envelope.Envelope) error { return nil }
 
 // AnalyzeWebV1 is §5.3.
 type AnalyzeWebV1 struct {
@@ -137,16 +89,9 @@ type AnalyzeWebV1 struct {
 	AnalyzedDocumentID int64  `json:"analyzedDocumentId"`
 }
 
-// Validate implements Payload.
-func (r *AnalyzeWebV1) Validate(envelope.Envelope) error {
-	var p problems
-	positive(&p, "resumeId", r.ResumeID)
-	if u, err := url.Parse(r.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		p.add("url %q must be an http(s) URL", r.URL)
-	}
-	positive(&p, "analyzedDocumentId", r.AnalyzedDocumentID)
-	return p.err()
-}
+// Validate implements Payload: v1's rules are all its schema's (the
+// StackUp catalog of app/schemas), which DecodePayload checks first.
+func (*AnalyzeWebV1) Validate(envelope.Envelope) error { return nil }
 
 // AnalysisCallbackV1 is §5.4 (success) and §5.5 (failure).
 type AnalysisCallbackV1 struct {
@@ -165,23 +110,9 @@ type AnalysisCallbackV1 struct {
 // Failed reports a FAILED callback.
 func (c *AnalysisCallbackV1) Failed() bool { return c.Status == StatusFailed }
 
-// Validate implements Payload.
-func (c *AnalysisCallbackV1) Validate(envelope.Envelope) error {
-	var p problems
-	if !oneOf(c.TargetType, TargetResume, TargetRepository, TargetWeb, TargetCoverLetter) {
-		p.add("targetType %q must be RESUME, REPOSITORY, WEB or COVER_LETTER", c.TargetType)
-	}
-	positive(&p, "targetId", c.TargetID)
-	if !oneOf(c.Status, "", StatusOK, StatusAnalyzed, StatusFailed) {
-		p.add("status %q must be ANALYZED or FAILED", c.Status)
-	}
-	if c.Failed() {
-		required(&p, "errorCode", c.ErrorCode)
-	} else if c.DocumentPath != "" {
-		storageKey(&p, "documentPath", c.DocumentPath)
-	}
-	return p.err()
-}
+// Validate implements Payload: v1's rules are all its schema's (the
+// StackUp catalog of app/schemas), which DecodePayload checks first.
+func (*AnalysisCallbackV1) Validate(envelope.Envelope) error { return nil }
 
 // SourceDocument is one analysed document given to generate.questions.
 type SourceDocument struct {
@@ -211,20 +142,14 @@ type GenerateQuestionsV1 struct {
 // company and job description (§5.6, §5.10).
 const ModeJobTailored = "JOB_TAILORED"
 
-// Validate implements Payload.
+// Validate implements Payload. The schema states every rule of §5.6 but
+// one, a comparison of two fields: initialQuestionCount <= maxQuestions
+// (when maxQuestions is set).
 func (g *GenerateQuestionsV1) Validate(envelope.Envelope) error {
-	var p problems
-	positive(&p, "sessionId", g.SessionID)
-	required(&p, "mode", g.Mode)
-	if g.InitialQuestionCount < 0 || g.MaxQuestions < 0 || (g.MaxQuestions > 0 && g.InitialQuestionCount > g.MaxQuestions) {
-		p.add("want 0 <= initialQuestionCount (%d) <= maxQuestions (%d)", g.InitialQuestionCount, g.MaxQuestions)
+	if g.MaxQuestions > 0 && g.InitialQuestionCount > g.MaxQuestions {
+		return fmt.Errorf("want initialQuestionCount (%d) <= maxQuestions (%d)", g.InitialQuestionCount, g.MaxQuestions)
 	}
-	for i, d := range g.Documents {
-		if d.DocumentID <= 0 {
-			p.add("documents[%d].documentId must be a positive id", i)
-		}
-	}
-	return p.err()
+	return nil
 }
 
 // Question is one generated question of a POOL callback (§5.7).
@@ -265,39 +190,9 @@ type QuestionsCallbackV1 struct {
 // Failed reports a FAILED callback.
 func (c *QuestionsCallbackV1) Failed() bool { return c.Status == StatusFailed }
 
-// Validate implements Payload.
-func (c *QuestionsCallbackV1) Validate(envelope.Envelope) error {
-	var p problems
-	positive(&p, "sessionId", c.SessionID)
-	// §5.9: a FAILED callback takes the failure branch before kind is
-	// looked at, whatever kind it names (QuestionsCallbackService.apply):
-	// a kind of another version must not dead-letter it and leave the
-	// session "generating".
-	if !c.Failed() && !oneOf(c.Kind, KindPool, KindFollowup) {
-		p.add("kind %q must be POOL or FOLLOWUP", c.Kind)
-	}
-	if !oneOf(c.Status, "", StatusOK, StatusFailed) {
-		p.add("status %q must be OK or FAILED", c.Status)
-	}
-	switch {
-	case c.Failed():
-		required(&p, "errorCode", c.ErrorCode)
-	case c.Kind == KindPool:
-		for i, q := range c.Questions {
-			if strings.TrimSpace(q.Question) == "" {
-				p.add("questions[%d].question is required", i)
-			}
-		}
-	case c.Kind == KindFollowup:
-		if !oneOf(c.AnswerIntent, IntentNormal, IntentClarification, IntentDontKnow) {
-			p.add("answerIntent %q must be NORMAL, CLARIFICATION or DONT_KNOW", c.AnswerIntent)
-		}
-		if c.AnswerIntent != IntentDontKnow && (c.FollowupQuestion == nil || strings.TrimSpace(*c.FollowupQuestion) == "") {
-			p.add("followupQuestion is required unless answerIntent is DONT_KNOW")
-		}
-	}
-	return p.err()
-}
+// Validate implements Payload: v1's rules are all its schema's (the
+// StackUp catalog of app/schemas), which DecodePayload checks first.
+func (*QuestionsCallbackV1) Validate(envelope.Envelope) error { return nil }
 
 // Turn is one line of a follow-up's history.
 type Turn struct {
@@ -323,18 +218,9 @@ type GenerateFollowupV1 struct {
 	History           []Turn `json:"history"`
 }
 
-// Validate implements Payload.
-func (g *GenerateFollowupV1) Validate(envelope.Envelope) error {
-	var p problems
-	positive(&p, "sessionId", g.SessionID)
-	positive(&p, "parentMessageId", g.ParentMessageID)
-	positive(&p, "answerMessageId", g.AnswerMessageID)
-	required(&p, "mode", g.Mode)
-	if g.FollowupMessageID != nil {
-		positive(&p, "followupMessageId", *g.FollowupMessageID)
-	}
-	return p.err()
-}
+// Validate implements Payload: v1's rules are all its schema's (the
+// StackUp catalog of app/schemas), which DecodePayload checks first.
+func (*GenerateFollowupV1) Validate(envelope.Envelope) error { return nil }
 
 // GenerateTTSV1 is §5.9a.
 type GenerateTTSV1 struct {
@@ -345,14 +231,9 @@ type GenerateTTSV1 struct {
 	JobCategory *string `json:"jobCategory"`
 }
 
-// Validate implements Payload.
-func (g *GenerateTTSV1) Validate(envelope.Envelope) error {
-	var p problems
-	positive(&p, "sessionId", g.SessionID)
-	positive(&p, "messageId", g.MessageID)
-	required(&p, "text", g.Text)
-	return p.err()
-}
+// Validate implements Payload: v1's rules are all its schema's (the
+// StackUp catalog of app/schemas), which DecodePayload checks first.
+func (*GenerateTTSV1) Validate(envelope.Envelope) error { return nil }
 
 // TTSCallbackV1 is §5.9b.
 type TTSCallbackV1 struct {
@@ -367,27 +248,9 @@ type TTSCallbackV1 struct {
 // Failed reports a FAILED callback.
 func (c *TTSCallbackV1) Failed() bool { return c.Status == StatusFailed }
 
-// Validate implements Payload.
-func (c *TTSCallbackV1) Validate(envelope.Envelope) error {
-	var p problems
-	positive(&p, "sessionId", c.SessionID)
-	positive(&p, "messageId", c.MessageID)
-	switch c.Status {
-	case StatusSucceeded, "":
-		if c.AudioKey == nil {
-			p.add("audioKey is required when status is SUCCEEDED")
-		} else {
-			storageKey(&p, "audioKey", *c.AudioKey)
-		}
-	case StatusFailed:
-		if c.ErrorCode == nil || *c.ErrorCode == "" {
-			p.add("errorCode is required when status is FAILED")
-		}
-	default:
-		p.add("status %q must be SUCCEEDED or FAILED", c.Status)
-	}
-	return p.err()
-}
+// Validate implements Payload: v1's rules are all its schema's (the
+// StackUp catalog of app/schemas), which DecodePayload checks first.
+func (*TTSCallbackV1) Validate(envelope.Envelope) error { return nil }
 
 // AnalyzeVoiceV1 is §5.9c.
 type AnalyzeVoiceV1 struct {
@@ -401,17 +264,9 @@ type AnalyzeVoiceV1 struct {
 	JobCategory             *string `json:"jobCategory"`
 }
 
-// Validate implements Payload.
-func (a *AnalyzeVoiceV1) Validate(envelope.Envelope) error {
-	var p problems
-	positive(&p, "sessionId", a.SessionID)
-	positive(&p, "messageId", a.MessageID)
-	storageKey(&p, "audioS3Key", a.AudioS3Key)
-	if !strings.HasPrefix(a.ContentType, "audio/") {
-		p.add("contentType %q must be an audio/* type", a.ContentType)
-	}
-	return p.err()
-}
+// Validate implements Payload: v1's rules are all its schema's (the
+// StackUp catalog of app/schemas), which DecodePayload checks first.
+func (*AnalyzeVoiceV1) Validate(envelope.Envelope) error { return nil }
 
 // VoiceCallbackV1 is §5.9d. Every metric is nullable; errorCode set means
 // the analysis failed.
@@ -429,13 +284,9 @@ type VoiceCallbackV1 struct {
 // Failed reports a failed analysis (errorCode set).
 func (c *VoiceCallbackV1) Failed() bool { return c.ErrorCode != nil && *c.ErrorCode != "" }
 
-// Validate implements Payload.
-func (c *VoiceCallbackV1) Validate(envelope.Envelope) error {
-	var p problems
-	positive(&p, "sessionId", c.SessionID)
-	positive(&p, "interviewMessageId", c.InterviewMessageID)
-	return p.err()
-}
+// Validate implements Payload: v1's rules are all its schema's (the
+// StackUp catalog of app/schemas), which DecodePayload checks first.
+func (*VoiceCallbackV1) Validate(envelope.Envelope) error { return nil }
 
 // TranscriptMessage is one message of a session given to generate.feedback.
 type TranscriptMessage struct {
@@ -461,18 +312,9 @@ type GenerateFeedbackV1 struct {
 	VoiceAnalysisSummary json.RawMessage `json:"voiceAnalysisSummary,omitempty"`
 }
 
-// Validate implements Payload.
-func (g *GenerateFeedbackV1) Validate(envelope.Envelope) error {
-	var p problems
-	positive(&p, "sessionId", g.SessionID)
-	required(&p, "mode", g.Mode)
-	for i, m := range g.Messages {
-		if m.ID <= 0 {
-			p.add("messages[%d].id must be a positive id", i)
-		}
-	}
-	return p.err()
-}
+// Validate implements Payload: v1's rules are all its schema's (the
+// StackUp catalog of app/schemas), which DecodePayload checks first.
+func (*GenerateFeedbackV1) Validate(envelope.Envelope) error { return nil }
 
 // Coaching is one answer's review in callback.feedback.
 type Coaching struct {
@@ -516,20 +358,9 @@ type FeedbackCallbackV1 struct {
 // Failed reports a FAILED callback.
 func (c *FeedbackCallbackV1) Failed() bool { return c.Status == StatusFailed }
 
-// Validate implements Payload.
-func (c *FeedbackCallbackV1) Validate(envelope.Envelope) error {
-	var p problems
-	positive(&p, "sessionId", c.SessionID)
-	if !oneOf(c.Status, "", StatusOK, StatusFailed) {
-		p.add("status %q must be OK or FAILED", c.Status)
-	}
-	if c.Failed() {
-		required(&p, "errorCode", c.ErrorCode)
-	} else if c.ReportS3Key != nil {
-		storageKey(&p, "reportS3Key", *c.ReportS3Key)
-	}
-	return p.err()
-}
+// Validate implements Payload: v1's rules are all its schema's (the
+// StackUp catalog of app/schemas), which DecodePayload checks first.
+func (*FeedbackCallbackV1) Validate(envelope.Envelope) error { return nil }
 
 // NotifyV1 is §5.12 / §5.13: realtime.{session,user,document}.notify. Data
 // is arbitrary JSON that RealTime forwards as the SSE data field.
@@ -538,27 +369,9 @@ type NotifyV1 struct {
 	Data      json.RawMessage `json:"data"`
 }
 
-// Validate implements Payload: the channel's id must be in the context
-// (§5.12 "context.sessionId 필수", §5.13).
-func (n *NotifyV1) Validate(env envelope.Envelope) error {
-	var p problems
-	required(&p, "eventType", n.EventType)
-	switch env.MessageType {
-	case RealtimeSessionNotify:
-		if env.Context.SessionID == nil {
-			p.add("context.sessionId is required on %s", env.MessageType)
-		}
-	case RealtimeUserNotify:
-		if env.Context.UserID == nil {
-			p.add("context.userId is required on %s", env.MessageType)
-		}
-	case RealtimeDocumentNotify:
-		if env.Context.DocumentID == nil {
-			p.add("context.documentId is required on %s", env.MessageType)
-		}
-	}
-	return p.err()
-}
+// Validate implements Payload: v1's rules are all its schema's (the
+// StackUp catalog of app/schemas), which DecodePayload checks first.
+func (*NotifyV1) Validate(envelope.Envelope) error { return nil }
 
 // Realtime event types used by this package's producers (SseEventType
 // names, §5.12-§5.13).

@@ -13,11 +13,10 @@
 package envelope
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/eventpipe/eventpipe/app/failure"
 	"github.com/eventpipe/eventpipe/app/metadata"
+	"github.com/eventpipe/eventpipe/app/schemas"
 )
 
 // Metadata keys the envelope's transport properties travel under. On
@@ -94,71 +94,65 @@ func invalid(format string, args ...any) error {
 	return failure.AsPermanent(&Error{Reason: fmt.Sprintf(format, args...)})
 }
 
-// Decode reads an envelope leniently: unknown fields (of the envelope and of
-// its context) are ignored and not kept; the required fields are checked
-// (Validate). Every error is permanent.
-func Decode(data []byte) (Envelope, error) {
+// Decode reads an envelope leniently: the body is checked against the
+// envelope's lenient schema (section 3's required fields, their types and
+// forms; unknown fields of the envelope and of its context ignored), then
+// decoded, keeping nothing of the unknown fields. Every error is permanent
+// and names the field at fault.
+func Decode(data []byte) (Envelope, error) { return decode(data, schemas.Lenient) }
+
+// DecodeStrict reads an envelope the way our publishers must write it:
+// checked against the strict schema, so unknown fields in the envelope or its
+// context, or trailing data, are errors besides everything Decode checks.
+// The payload is checked by package catalog.
+func DecodeStrict(data []byte) (Envelope, error) { return decode(data, schemas.Strict) }
+
+func decode(data []byte, mode schemas.Mode) (Envelope, error) {
+	if err := check(data, mode); err != nil {
+		return Envelope{}, err
+	}
 	var e Envelope
 	if err := json.Unmarshal(data, &e); err != nil {
 		return Envelope{}, invalid("decode: %v", err)
 	}
-	if err := e.Validate(); err != nil {
-		return Envelope{}, err
-	}
 	return e, nil
 }
 
-// DecodeStrict reads an envelope the way our publishers must write it:
-// unknown fields in the envelope or its context, or trailing data, are
-// errors, besides everything Decode checks. The payload is checked by
-// package catalog.
-func DecodeStrict(data []byte) (Envelope, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	var e Envelope
-	if err := dec.Decode(&e); err != nil {
-		return Envelope{}, invalid("decode (strict): %v", err)
+// Schema returns the compiled schema of the envelope (the StackUp
+// catalog's envelope.json), compiled once.
+func Schema() (schemas.Message, error) {
+	cat, err := schemas.Default()
+	if err != nil {
+		return schemas.Message{}, err
 	}
-	if dec.More() {
-		return Envelope{}, invalid("trailing data after the envelope")
+	m, ok := cat.Part("stackup", "envelope.json")
+	if !ok {
+		return schemas.Message{}, errors.New("the stackup catalog has no envelope.json")
 	}
-	if err := e.Validate(); err != nil {
-		return Envelope{}, err
-	}
-	return e, nil
+	return m, nil
 }
 
-// Validate checks the required fields of §3: messageId non-empty (not
-// necessarily a UUID — the §9 smoke message uses "smoke-1"), messageType,
-// version, traceId, publishedAt (RFC 3339), publisher, and a payload that is
-// a JSON object.
-func (e Envelope) Validate() error {
-	var problems []string
-	need := func(name, v string) {
-		switch {
-		case strings.TrimSpace(v) == "":
-			problems = append(problems, name+" is required")
-		case len(v) > MaxIDLength && (name == "messageId" || name == "traceId"):
-			problems = append(problems, fmt.Sprintf("%s is longer than %d bytes", name, MaxIDLength))
-		}
+func check(data []byte, mode schemas.Mode) error {
+	m, err := Schema()
+	if err != nil {
+		return invalid("schema: %v", err)
 	}
-	need("messageId", e.MessageID)
-	need("messageType", e.MessageType)
-	need("version", e.Version)
-	need("traceId", e.TraceID)
-	need("publisher", e.Publisher)
-	if e.PublishedAt == "" {
-		problems = append(problems, "publishedAt is required")
-	} else if _, err := time.Parse(time.RFC3339, e.PublishedAt); err != nil {
-		problems = append(problems, fmt.Sprintf("publishedAt %q is not RFC 3339", e.PublishedAt))
-	}
-	if p := bytes.TrimSpace(e.Payload); len(p) == 0 || p[0] != '{' {
-		problems = append(problems, "payload must be a JSON object")
-	}
-	if len(problems) > 0 {
-		return invalid("%s", strings.Join(problems, "; "))
+	if err := m.Check(data, mode); err != nil {
+		return invalid("%v", err)
 	}
 	return nil
+}
+
+// Validate checks e against the envelope's schema (section 3): messageId
+// non-empty (not necessarily a UUID — the section 9 smoke message uses
+// "smoke-1"), messageType, version, traceId, publishedAt (RFC 3339),
+// publisher, and a payload that is a JSON object.
+func (e Envelope) Validate() error {
+	data, err := json.Marshal(e)
+	if err != nil {
+		return invalid("encode: %v", err)
+	}
+	return check(data, schemas.Lenient)
 }
 
 // RoutingKey returns the routing key msg was published with

@@ -39,18 +39,18 @@ func TestDecode(t *testing.T) {
 		body   string
 		reason string
 	}{
-		"not json":         {`{`, "decode"},
-		"null":             {`null`, "messageId is required"},
-		"array":            {`[]`, "decode"},
-		"empty messageId":  {strings.Replace(smoke, `"smoke-1"`, `""`, 1), "messageId is required"},
-		"blank messageId":  {strings.Replace(smoke, `"smoke-1"`, `"  "`, 1), "messageId is required"},
-		"no version":       {strings.Replace(smoke, `"version":"v1",`, "", 1), "version is required"},
-		"no traceId":       {strings.Replace(smoke, `"traceId":"local-test",`, "", 1), "traceId is required"},
-		"bad publishedAt":  {strings.Replace(smoke, `2026-04-27T15:00:00Z`, `27/04/2026`, 1), "not RFC 3339"},
-		"payload a string": {strings.Replace(smoke, `"payload":{`, `"payload":"x","p":{`, 1), "payload must be a JSON object"},
-		"no payload":       {`{"messageId":"a","messageType":"b","version":"v1","traceId":"t","publishedAt":"2026-04-27T15:00:00Z","publisher":"p"}`, "payload"},
-		"wrong type":       {strings.Replace(smoke, `"userId":1`, `"userId":"one"`, 1), "decode"},
-		"long messageId":   {strings.Replace(smoke, `"smoke-1"`, `"`+strings.Repeat("x", 201)+`"`, 1), "longer than"},
+		"not json":         {`{`, "body: not JSON"},
+		"null":             {`null`, "body: want object, got null"},
+		"array":            {`[]`, "body: want object, got array"},
+		"empty messageId":  {strings.Replace(smoke, `"smoke-1"`, `""`, 1), "field messageId: must not be empty or blank"},
+		"blank messageId":  {strings.Replace(smoke, `"smoke-1"`, `"  "`, 1), "field messageId: must not be empty or blank"},
+		"no version":       {strings.Replace(smoke, `"version":"v1",`, "", 1), "field version: required"},
+		"no traceId":       {strings.Replace(smoke, `"traceId":"local-test",`, "", 1), "field traceId: required"},
+		"bad publishedAt":  {strings.Replace(smoke, `2026-04-27T15:00:00Z`, `27/04/2026`, 1), "field publishedAt: not a valid date-time"},
+		"payload a string": {strings.Replace(smoke, `"payload":{`, `"payload":"x","p":{`, 1), "field payload: want object, got string"},
+		"no payload":       {`{"messageId":"a","messageType":"b","version":"v1","traceId":"t","publishedAt":"2026-04-27T15:00:00Z","publisher":"p"}`, "field payload: required"},
+		"wrong type":       {strings.Replace(smoke, `"userId":1`, `"userId":"one"`, 1), "field context.userId: want null or integer, got string"},
+		"long messageId":   {strings.Replace(smoke, `"smoke-1"`, `"`+strings.Repeat("x", 201)+`"`, 1), "field messageId: longer than 200 characters"},
 	}
 	for name, c := range cases {
 		_, err := envelope.Decode([]byte(c.body))
@@ -74,7 +74,7 @@ func TestLenientAndStrict(t *testing.T) {
 	_, err = envelope.DecodeStrict([]byte(extra))
 	require.Error(t, err, "our publishers may not add unknown fields")
 	_, err = envelope.DecodeStrict([]byte(smoke + ` {}`))
-	require.ErrorContains(t, err, "trailing data")
+	require.ErrorContains(t, err, "not JSON")
 	_, err = envelope.DecodeStrict([]byte(smoke))
 	require.NoError(t, err)
 }
@@ -110,7 +110,7 @@ func TestMarshal(t *testing.T) {
 
 	e.TraceID = ""
 	_, err = envelope.Marshal(context.Background(), e, "")
-	require.ErrorContains(t, err, "traceId is required")
+	require.ErrorContains(t, err, "field traceId: must not be empty or blank")
 }
 
 func TestTraceIDOf(t *testing.T) {
