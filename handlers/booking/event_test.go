@@ -82,6 +82,9 @@ func TestDecodeIsLenient(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "foreign-1", ev.EventID, "any non-empty id is accepted")
 	assert.Equal(t, "seat-held", ev.Type, "the type list is open (\"etc.\")")
+	other, err := booking.Decode([]byte(`{"bookingSessionId":"bks_9","type":"Seat Held","occurredAt":"2026-11-30T10:14:03Z"}`))
+	require.NoError(t, err, "a type of any shape is taken on consume; kebab-case binds our producer")
+	assert.Equal(t, "Seat Held", other.Type)
 	assert.Equal(t, time.Date(2026, 11, 30, 9, 14, 3, 0, time.UTC), ev.OccurredAt)
 	_, err = booking.Decode([]byte(`{"bookingSessionId":"bks_9","type":"x","occurredAt":"2026-11-30T10:14:03Z","stepId":1}`))
 	assert.ErrorIs(t, err, booking.ErrInvalidEvent, "a wrong type is not ignored")
@@ -102,7 +105,6 @@ func TestDecodeIsLenient(t *testing.T) {
 	for bad, want := range map[string]string{
 		`{"type":"x","occurredAt":"2026-11-30T10:14:03Z"}`:                                    "field bookingSessionId: required",
 		`{"bookingSessionId":"b","type":7,"occurredAt":"2026-11-30T10:14:03Z"}`:               "field type: want string, got number",
-		`{"bookingSessionId":"b","type":"Seat Held","occurredAt":"2026-11-30T10:14:03Z"}`:     "field type: must match",
 		`{"bookingSessionId":"b","type":"x","occurredAt":"yesterday"}`:                        "field occurredAt: not a valid date-time",
 		`{"bookingSessionId":"b","type":"x","occurredAt":"2026-11-30T10:14:03Z","data":1}`:    "field data: want null or object, got number",
 		`{"eventId":1,"bookingSessionId":"b","type":"x","occurredAt":"2026-11-30T10:14:03Z"}`: "field eventId: want a string",
