@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/eventpipe/eventpipe/app/dbtx"
-	"github.com/eventpipe/eventpipe/app/failure"
 	"github.com/eventpipe/eventpipe/migrations"
 )
 
@@ -50,16 +47,9 @@ func (p *Postgres) Close() { p.holder.close() }
 // decides — inserts the marker and runs effect with ctx carrying that
 // transaction. A concurrent Process of the same message blocks on the primary
 // key until the first transaction ends.
-//
-// A transaction of its own is begun by one statement string that also
-// inserts the marker, so the marker costs no round trip of its own: the
-// effect's transaction is BEGIN+marker, the effect, COMMIT.
 func (p *Postgres) Process(ctx context.Context, consumer, messageID string, effect func(ctx context.Context) error) (err error) {
 	if err := checkKey(consumer, messageID); err != nil {
 		return err
-	}
-	if _, ok := dbtx.From(ctx); !ok {
-		return p.process(ctx, consumer, messageID, effect)
 	}
 	return dbtx.InTx(ctx, p.pool, func(ctx context.Context, tx pgx.Tx) error {
 		fresh, err := p.mark(ctx, tx, consumer, messageID)
@@ -72,72 +62,6 @@ func (p *Postgres) Process(ctx context.Context, consumer, messageID string, effe
 		return effect(ctx)
 	})
 }
-
-// process is Process in a transaction of its own. The BEGIN and the marker
-// INSERT go to the server as one simple query (pgx.TxOptions.BeginQuery, the
-// key quoted by pgconn's EscapeString): one round trip instead of two. The
-// INSERT has no ON CONFLICT clause, so a committed marker fails the begin with
-// a unique violation on the primary key — the duplicate — and a concurrent
-// Process of the same message waits on that key as before. The connection is
-// then rolled back before it goes back to the pool.
-func (p *Postgres) process(ctx context.Context, consumer, messageID string, effect func(ctx context.Context) error) error {
-	conn, err := p.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("inbox: consumer %q, message %q: begin: %w", consumer, messageID, err)
-	}
-	defer conn.Release()
-	begin, err := p.beginAndMark(conn.Conn().PgConn(), consumer, messageID)
-	if err != nil {
-		return fmt.Errorf("inbox: consumer %q, message %q: mark: %w", consumer, messageID, err)
-	}
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: begin})
-	if err != nil {
-		if pc := conn.Conn().PgConn(); !pc.IsClosed() && pc.TxStatus() != 'I' {
-			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
-		}
-		if p.isMarkerConflict(err) {
-			return duplicate(consumer, messageID)
-		}
-		return fmt.Errorf("inbox: consumer %q, message %q: begin and mark: %w", consumer, messageID, err)
-	}
-	// Rollback after Commit is a no-op; on every other path (an error, a
-	// panic) it undoes the effect and the marker.
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if err := effect(dbtx.WithTx(ctx, tx)); err != nil {
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("inbox: consumer %q, message %q: commit: %w", consumer, messageID, err)
-	}
-	return nil
-}
-
-// beginAndMark is the statement string that begins the transaction and
-// inserts the marker, its key as quoted literals.
-func (p *Postgres) beginAndMark(pc *pgconn.PgConn, consumer, messageID string) (string, error) {
-	if strings.ContainsRune(consumer, 0) || strings.ContainsRune(messageID, 0) {
-		return "", failure.Permanentf("a NUL byte in the key")
-	}
-	c, err := pc.EscapeString(consumer)
-	if err != nil {
-		return "", err
-	}
-	m, err := pc.EscapeString(messageID)
-	if err != nil {
-		return "", err
-	}
-	return `BEGIN; INSERT INTO ` + p.table + ` (consumer, message_id) VALUES ('` + c + `', '` + m + `')`, nil
-}
-
-// isMarkerConflict reports whether err is the unique violation of
-// processed_messages' primary key: the marker was already committed.
-func (p *Postgres) isMarkerConflict(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == uniqueViolation && pgErr.TableName == "processed_messages"
-}
-
-// uniqueViolation is PostgreSQL's SQLSTATE unique_violation.
-const uniqueViolation = "23505"
 
 // MarkTx inserts the marker of (consumer, messageID) in tx, for handlers that
 // own their transaction: fresh is false when the message was already

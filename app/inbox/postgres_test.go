@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -160,82 +159,4 @@ func TestPostgresMarkerIsInTheEffectsTransaction(t *testing.T) {
 		return nil
 	}))
 	assert.Equal(t, 1, count(effects.pool), "committed with the effect")
-}
-
-// A key is data, never SQL: quotes and SQL in a consumer or message id are
-// stored and deduplicated as they are.
-func TestPostgresKeysWithQuotes(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s, effects := newEffects(t)
-	for _, k := range [][2]string{{"c'", "m'1"}, {"c", `'); DROP TABLE effects; --`}, {`c\`, `m\'`}, {"c", "ünïcødé ''"}} {
-		require.NoError(t, s.Process(ctx, k[0], k[1], effects.insert(nil)), "%q", k)
-		assert.Equal(t, failure.Duplicate, failure.Of(s.Process(ctx, k[0], k[1], effects.insert(nil))), "%q", k)
-	}
-	assert.Equal(t, 4, effects.count(t))
-	err := s.Process(ctx, "c", "m\x00", effects.insert(nil))
-	assert.Equal(t, failure.Permanent, failure.Of(err), "a NUL byte cannot be stored: %v", err)
-}
-
-// A duplicate leaves its connection idle and reusable: the aborted begin is
-// rolled back before the connection returns to the pool (a connection left
-// in a transaction would be closed by the pool, one per redelivery).
-func TestPostgresDuplicateKeepsTheConnection(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	_, effects := newEffects(t)
-	cfg := effects.pool.Config()
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	schema := strings.Split(strings.Trim(effects.name, `"`), `"."`)[0]
-	s, err := inbox.NewPostgres(pool, schema)
-	require.NoError(t, err)
-	pid := func() uint32 {
-		c, err := pool.Acquire(ctx)
-		require.NoError(t, err)
-		defer c.Release()
-		return c.Conn().PgConn().PID()
-	}
-	require.NoError(t, s.Process(ctx, "c", "m1", effects.insert(nil)))
-	before := pid()
-	for range 3 {
-		assert.Equal(t, failure.Duplicate, failure.Of(s.Process(ctx, "c", "m1", effects.insert(nil))))
-	}
-	assert.Equal(t, before, pid(), "the same connection after the duplicates")
-	require.NoError(t, s.Process(ctx, "c", "m2", effects.insert(nil)), "and it still works")
-	assert.Equal(t, 2, effects.count(t))
-}
-
-// queryCounter counts the statements a connection sends (pgx.QueryTracer).
-type queryCounter struct{ n atomic.Int32 }
-
-func (q *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	q.n.Add(1)
-	return ctx
-}
-
-func (q *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-// The marker costs no round trip of its own: Process sends two statement
-// strings around the effect (BEGIN with the marker, COMMIT), as a
-// transaction without dedupe does.
-func TestPostgresMarkerSharesTheBeginRoundTrip(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	_, effects := newEffects(t)
-	cfg := effects.pool.Config()
-	var queries queryCounter
-	cfg.ConnConfig.Tracer = &queries
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	s, err := inbox.NewPostgres(pool, strings.Split(strings.Trim(effects.name, `"`), `"."`)[0])
-	require.NoError(t, err)
-	require.NoError(t, pool.Ping(ctx))
-
-	queries.n.Store(0)
-	require.NoError(t, s.Process(ctx, "c", "m1", func(context.Context) error { return nil }))
-	assert.Equal(t, int32(2), queries.n.Load(), "BEGIN+marker, COMMIT")
 }
