@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -135,4 +136,27 @@ func TestNewPostgresRejectsABadSchema(t *testing.T) {
 	t.Parallel()
 	_, err := inbox.NewPostgres(nil, `x"; drop table y; --`)
 	require.Error(t, err)
+}
+
+// The marker is written in the effect's own transaction: the effect sees it
+// through its transaction, another session does not until the commit. A
+// marker committed on its own (before the effect) fails this test.
+func TestPostgresMarkerIsInTheEffectsTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, effects := newEffects(t)
+	markers := pgx.Identifier{strings.Split(strings.Trim(effects.name, `"`), `"."`)[0], "processed_messages"}.Sanitize()
+	count := func(q dbtx.Querier) int {
+		var n int
+		require.NoError(t, q.QueryRow(ctx, `SELECT count(*) FROM `+markers+` WHERE consumer = 'c' AND message_id = 'm1'`).Scan(&n))
+		return n
+	}
+	require.NoError(t, s.Process(ctx, "c", "m1", func(ctx context.Context) error {
+		tx, ok := dbtx.From(ctx)
+		require.True(t, ok)
+		assert.Equal(t, 1, count(tx), "the effect's transaction holds the marker")
+		assert.Equal(t, 0, count(effects.pool), "no other session sees it before the commit")
+		return nil
+	}))
+	assert.Equal(t, 1, count(effects.pool), "committed with the effect")
 }
