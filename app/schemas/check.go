@@ -1,6 +1,7 @@
 package schemas
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -113,8 +114,8 @@ func (m Message) CheckValue(v any, mode Mode) error {
 	if err == nil {
 		return nil
 	}
-	ve, ok := err.(*jsonschema.ValidationError)
-	if !ok {
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
 		return &InvalidError{Message: m.Name, Mode: mode, Problems: []FieldError{{Reason: err.Error()}}}
 	}
 	var problems []FieldError

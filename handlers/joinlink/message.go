@@ -234,7 +234,6 @@ func object(b []byte, what string) (map[string]json.RawMessage, error) {
 	return fields, nil
 }
 
-
 // integer is n, an integer the schema checked (absent = 0; 12.0 is 12).
 func integer(n json.Number) int64 {
 	if n == "" {
