@@ -97,6 +97,27 @@ func (e *InvalidError) Without(waive func(FieldError) bool) error {
 	return &InvalidError{Message: e.Message, Mode: e.Mode, Problems: left}
 }
 
+// CheckWaiving is Check, less, in Lenient mode, the problems waive accepts:
+// the exceptions a consumer documents for foreign producers where its spec
+// takes more than the contract our producers follow. Strict checks ignore
+// waive.
+func (m Message) CheckWaiving(body []byte, mode Mode, waive func(FieldError) bool) error {
+	return waived(m.Check(body, mode), mode, waive)
+}
+
+// CheckValueWaiving is CheckWaiving of a value decoded already.
+func (m Message) CheckValueWaiving(v any, mode Mode, waive func(FieldError) bool) error {
+	return waived(m.CheckValue(v, mode), mode, waive)
+}
+
+func waived(err error, mode Mode, waive func(FieldError) bool) error {
+	var invalid *InvalidError
+	if mode != Lenient || waive == nil || !errors.As(err, &invalid) {
+		return err
+	}
+	return invalid.Without(waive)
+}
+
 // Check validates body against the message's schema and returns nil or an
 // *InvalidError naming each field at fault: what a handler reports for a bad
 // body.

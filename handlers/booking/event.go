@@ -189,12 +189,7 @@ func check(body []byte, mode schemas.Mode) error {
 	if !ok {
 		return invalid("schemas: no BookingSessionEvent")
 	}
-	err = m.Check(body, mode)
-	var invalidBody *schemas.InvalidError
-	if mode == schemas.Lenient && errors.As(err, &invalidBody) {
-		err = invalidBody.Without(consumeWaiver)
-	}
-	if err != nil {
+	if err := m.CheckWaiving(body, mode, consumeWaiver); err != nil {
 		return invalid("%v", err)
 	}
 	return nil

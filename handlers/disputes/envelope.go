@@ -188,12 +188,7 @@ func decode(body []byte, mode schemas.Mode) (Envelope, any, error) {
 // check validates v against m in mode; lenient, the consumer's waivers
 // apply.
 func check(m schemas.Message, v any, mode schemas.Mode) error {
-	err := m.CheckValue(v, mode)
-	var invalidBody *schemas.InvalidError
-	if mode == schemas.Lenient && errors.As(err, &invalidBody) {
-		err = invalidBody.Without(consumerWaives)
-	}
-	if err != nil {
+	if err := m.CheckValueWaiving(v, mode, consumerWaives); err != nil {
 		return invalid("%v", err)
 	}
 	return nil

@@ -141,12 +141,7 @@ func decode(body []byte, mode schemas.Mode) (Message, error) {
 	if !ok {
 		return Message{}, invalid("schemas: no %s", SubType)
 	}
-	err = sch.Check(body, mode)
-	var invalidBody *schemas.InvalidError
-	if mode == schemas.Lenient && errors.As(err, &invalidBody) {
-		err = invalidBody.Without(consumerWaives)
-	}
-	if err != nil {
+	if err := sch.CheckWaiving(body, mode, consumerWaives); err != nil {
 		return Message{}, invalid("%v", err)
 	}
 	var w struct {
