@@ -17,7 +17,9 @@ import (
 
 // Subscribe starts a subscription that competes with every other subscriber
 // of topic. The channel closes when ctx ends or the PubSub closes. Each
-// message must be acked or nacked before the next one arrives.
+// message must be acked or nacked before the next one arrives, unless ctx
+// asks for more at once (broker.WithConcurrency): then up to that many, at
+// most the rows of one claim, are handed out unsettled at once.
 func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if err := p.schema.checkTopic(topic); err != nil {
 		return nil, err
@@ -40,6 +42,7 @@ func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.M
 		settleSQL:       p.schema.settleSQL(topic),
 		pool:            p.consumePool,
 		batchSize:       p.cfg.batchSizeOf(topic),
+		concurrency:     concurrencyOf(ctx, p.cfg.batchSizeOf(topic)),
 		deadline:        p.cfg.ackDeadlineOf(topic),
 		pollInterval:    p.cfg.PollInterval,
 		retryInterval:   p.cfg.RetryInterval,
@@ -68,6 +71,24 @@ func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.M
 	return sub.out, nil
 }
 
+// concurrencyOf is how many messages a subscription started with ctx
+// hands out before the first of them is settled: one unless ctx asks for
+// more (broker.WithConcurrency), at most the rows of one claim (0 asks for
+// that many). An ordered queue needs no bound of its own: a claim holds at
+// most one row of each group (the head; see claimSQL), so its messages are
+// of different groups, and a group's next row is claimable only once its
+// head is settled.
+func concurrencyOf(ctx context.Context, batch int) int {
+	n, ok := broker.ConcurrencyFrom(ctx)
+	switch {
+	case !ok:
+		return 1
+	case n == 0 || n > batch:
+		return batch
+	}
+	return n
+}
+
 func (p *PubSub) forget(sub *subscription) {
 	p.mu.Lock()
 	cancel := p.subs[sub]
@@ -79,7 +100,7 @@ func (p *PubSub) forget(sub *subscription) {
 }
 
 // subscription is one Subscribe call's loop: claim a batch, hand its messages
-// out one at a time, settle them, claim again.
+// out (concurrency at once), settle them, claim again.
 type subscription struct {
 	topic  string
 	schema queueSchema
@@ -101,8 +122,11 @@ type subscription struct {
 	// msgBase is the parent of every delivered message's context: the
 	// subscription's values, ended by Close only.
 	msgBase context.Context
-	// timer serves every delivery in turn (one at a time).
+	// timer serves every claim's work in turn.
 	timer *time.Timer
+	// concurrency is how many messages are handed out unsettled at once:
+	// concurrencyOf the subscription's context.
+	concurrency int
 }
 
 // claimedRow is a row this subscription has claimed.
@@ -229,50 +253,280 @@ func (sub *subscription) renewalAge() time.Duration { return sub.deadline / 3 }
 
 // held is what a subscription holds of one claim.
 type held struct {
-	// rows are the claimed rows not yet handed out, in offset order; while a
-	// message is delivered, it is rows[0].
+	// rows are the claimed rows not yet handed out, in offset order.
 	rows []claimedRow
+	// out are the rows handed out and not yet settled, in hand-out order.
+	out []*delivery
 	// settled are the settlements not yet applied.
 	settled []settlement
-	// leaseEnd is when the lease of every claimed row ends, by this clock.
+	// leaseEnd is when the lease of rows ends, by this clock, and of every
+	// delivery in out whose renewals have not stopped.
 	leaseEnd time.Time
 }
 
-// work hands the claimed rows out one at a time and settles them when the
-// lease must be renewed and while a slow handler runs (so that what was
-// settled before it does not outlive its lease); what is settled at the end
-// of the batch is left in h.settled for the caller to apply (with the next
-// claim). The rows it has not delivered when the subscription stops are
-// given back, uncounted, and so are they when the consumer does not take a
-// message within the lease slack: stalled, a consumer that no longer reads
-// its channel (without cancelling the subscription) leaves its rows to
-// others instead of renewing their lease for as long as it stalls, and the
-// subscription claims again a poll interval later.
+// delivery is a claimed row handed out to the consumer.
+type delivery struct {
+	row claimedRow
+	// ctx is the message's context as handed out (middleware may give the
+	// message another one) and cancel ends it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	clock  *broker.AttemptClock
+	// leaseEnd is when the row's lease ends by this clock: held.leaseEnd,
+	// or earlier when its renewals stopped while its handler was overdue.
+	leaseEnd time.Time
+	// overdue: its handler is past the deadline of its attempt, its lease
+	// is not renewed.
+	overdue bool
+	// ended: its lease has ended (its context is cancelled); lost: another
+	// subscriber has claimed the row since.
+	ended, lost bool
+}
+
+// work hands the claimed rows out, up to sub.concurrency unsettled at once,
+// and returns once each is settled or given up. What is settled is left in
+// h.settled for the caller to apply with the next claim, unless the lease
+// must be renewed, or settlements would wait longer than the lease slack
+// while a handler runs (so that none outlives its lease): those are applied
+// on the way.
+//
+// A message is handed out only while the lease has its deadline left, less
+// the slack; otherwise the lease is renewed first. While a message is
+// handed out and unsettled, a heartbeat renews the lease of every row the
+// subscription holds whenever the lease is a third of the deadline old, but
+// for the rows whose handler is past the deadline of its attempt
+// (broker.StartAttempt, which the Timeout middleware calls): those are no
+// longer renewed, and the rows not handed out are given back so that they
+// do not wait behind a stuck handler; the lease of such a row then runs out
+// and the message goes to another subscriber. When a handed-out row's lease
+// ends or is lost (another subscriber claimed it), its message's context is
+// cancelled and it is left without a settlement.
+//
+// The rows not handed out when the subscription stops are given back,
+// uncounted, and so are they when the consumer does not take a message
+// within the lease slack: stalled, a consumer that no longer reads its
+// channel (without cancelling the subscription) leaves its rows to others
+// instead of renewing their lease for as long as it stalls, and the
+// subscription claims again a poll interval later. Messages already handed
+// out are waited for: their contexts do not end with the subscription's (a
+// handler finishing after intake stopped must still settle what it has
+// done), only with Close or their lease.
 func (sub *subscription) work(ctx context.Context, h *held) (stalled bool) {
-	for len(h.rows) > 0 && ctx.Err() == nil {
-		if time.Until(h.leaseEnd) < sub.deadline-sub.leaseSlack() {
-			if ok, _ := sub.renew(h, -1); !ok {
-				break
+	// settledOut receives each delivery once its message is acked or
+	// nacked, or its context ends; at most sub.concurrency are out at once.
+	settledOut := make(chan *delivery, sub.concurrency)
+	var (
+		// offer is the delivery on offer, until offerUntil.
+		offer      *delivery
+		offerUntil time.Time
+		// retryAt, when set, is when a failed renewal is tried again;
+		// checkAt, when set, when overdue handlers are looked at again.
+		retryAt, checkAt time.Time
+		// flushAt, when set, is when the settlements so far are applied
+		// while handlers still run.
+		flushAt time.Time
+		stop    = ctx.Done()
+	)
+	timer := sub.timer
+	defer timer.Stop()
+	endIntake := func(stall bool) {
+		if offer != nil {
+			offer.cancel()
+			offer = nil
+		}
+		stop = nil
+		stalled = stall
+		sub.giveBackRows(h)
+	}
+	for {
+		if stop != nil && ctx.Err() != nil {
+			endIntake(false)
+		}
+		if len(h.rows) == 0 && len(h.out) == 0 {
+			return stalled
+		}
+		if offer == nil && stop != nil && len(h.rows) > 0 && len(h.out) < sub.concurrency {
+			if time.Until(h.leaseEnd) < sub.deadline-sub.leaseSlack() {
+				if !sub.renew(h) {
+					endIntake(false)
+				} else {
+					retryAt = time.Time{}
+				}
+				continue
 			}
-			continue
+			offer = sub.prepare(h.rows[0])
+			// Taken later, the message would have less than its time.
+			offerUntil = h.leaseEnd.Add(-(sub.deadline - sub.leaseSlack()))
 		}
-		st, taken := sub.deliver(ctx, h)
-		if !taken {
-			stalled = ctx.Err() == nil
-			break
+		switch {
+		case len(h.settled) == 0 || len(h.out) == 0:
+			flushAt = time.Time{}
+		case flushAt.IsZero():
+			flushAt = time.Now().Add(sub.leaseSlack())
 		}
-		if len(h.rows) > 0 && h.rows[0].offset == st.row.offset {
+
+		var (
+			out       chan<- *message.Message
+			offered   *message.Message
+			heartbeat time.Time
+			next      time.Time
+		)
+		if offer != nil {
+			out, offered, next = sub.out, offer.row.msg, offerUntil
+		}
+		if len(h.out) > 0 {
+			heartbeat = cmp.Or(retryAt, h.leaseEnd.Add(-sub.deadline+sub.renewalAge()))
+			if !checkAt.IsZero() {
+				heartbeat = earliest(heartbeat, checkAt)
+			}
+			next = earliestSet(next, heartbeat)
+			next = earliestSet(next, flushAt)
+			for _, d := range h.out {
+				if !d.ended {
+					next = earliestSet(next, d.leaseEnd)
+				}
+			}
+		}
+		timer.Reset(time.Until(next))
+		select {
+		case out <- offered:
 			h.rows = h.rows[1:]
-		}
-		if st.action != "" {
-			h.settled = append(h.settled, st)
+			offer.leaseEnd = h.leaseEnd
+			h.out = append(h.out, offer)
+			go watch(offer, settledOut)
+			offer = nil
+		case d := <-settledOut:
+			sub.finish(h, d)
+		case <-stop:
+		case now := <-timer.C:
+			if offer != nil && !now.Before(offerUntil) {
+				endIntake(ctx.Err() == nil)
+			}
+			for _, d := range h.out {
+				if !d.ended && !now.Before(d.leaseEnd) {
+					d.ended = true
+					d.cancel()
+				}
+			}
+			if !flushAt.IsZero() && !now.Before(flushAt) {
+				flushAt = time.Time{}
+				sub.flush(h)
+			}
+			if len(h.out) > 0 && !heartbeat.IsZero() && !now.Before(heartbeat) {
+				retryAt, checkAt = sub.heartbeat(h, now, !now.Before(cmp.Or(retryAt, h.leaseEnd.Add(-sub.deadline+sub.renewalAge()))))
+			}
 		}
 	}
+}
+
+// prepare gives r's message the context it is delivered with. A
+// subscription that stops (shutdown stops intake first) does not cut the
+// handler short: only Close or the end of the lease does.
+func (sub *subscription) prepare(r claimedRow) *delivery {
+	msgCtx, cancel := context.WithCancel(sub.msgBase)
+	msgCtx, clock := broker.WithAttemptClock(msgCtx)
+	r.msg.SetContext(msgCtx)
+	return &delivery{row: r, ctx: msgCtx, cancel: cancel, clock: clock}
+}
+
+// watch sends d to settled once its message is acked or nacked, or its
+// context ends.
+func watch(d *delivery, settled chan<- *delivery) {
+	msg := d.row.msg
+	select {
+	case <-msg.Acked():
+	case <-msg.Nacked():
+	case <-d.ctx.Done():
+	}
+	settled <- d
+}
+
+// finish takes d, which watch reported, out of h and records its
+// settlement: an ack or nack, even one that came with the end of its
+// context, unless its row was lost to another subscriber.
+func (sub *subscription) finish(h *held, d *delivery) {
+	h.out = slices.DeleteFunc(h.out, func(o *delivery) bool { return o == d })
+	defer d.cancel() // the message's context ends with its settlement
+	r := d.row
+	if !d.lost {
+		select {
+		case <-r.msg.Acked():
+			h.settled = append(h.settled, settlement{row: r, action: ack})
+			return
+		case <-r.msg.Nacked():
+			// The delay is read from the message, where the retry
+			// middleware set it before nacking.
+			n := nackOf(r.msg)
+			delay := sub.redeliveryDelay
+			if n.requested {
+				delay = n.delay
+			}
+			h.settled = append(h.settled, settlement{row: r, action: nackIt, delay: delay})
+			return
+		default:
+		}
+	}
+	switch {
+	case d.lost:
+		// Logged by renew; the row is another subscriber's now.
+	case sub.closing.Err() != nil:
+		// Close: the row goes back at once.
+		h.settled = append(h.settled, settlement{row: r, action: release})
+	default:
+		// The lease has ended, the row is anyone's again.
+		sub.logger.Info("Message not acked or nacked before its lease ended; it will be delivered again",
+			watermill.LogFields{"message_uuid": r.msg.UUID, "ack_deadline": sub.deadline, "handler_overdue": d.overdue})
+	}
+}
+
+// heartbeat looks at the handlers of h's deliveries and, when due (or when
+// a handler is no longer overdue, so that its row is renewed again while it
+// can), renews the lease of every row but those whose handler is overdue.
+// A handler newly past its deadline is logged, and the rows not handed out
+// are given back. It returns when to retry a renewal that failed, and when
+// to look at overdue handlers again (a handler that returns late, or the
+// policy's next attempt, renews again while it can).
+func (sub *subscription) heartbeat(h *held, now time.Time, due bool) (retryAt, checkAt time.Time) {
+	anyOverdue, newlyOverdue := false, false
+	for _, d := range h.out {
+		if d.ended {
+			continue
+		}
+		overdue := d.clock.Overdue(now)
+		switch {
+		case overdue && !d.overdue:
+			newlyOverdue = true
+			sub.logger.Info("Handler past its deadline: its message's lease is no longer renewed, it will be delivered again",
+				watermill.LogFields{"message_uuid": d.row.msg.UUID, "lease_end": d.leaseEnd})
+		case !overdue && d.overdue:
+			due = true
+		}
+		d.overdue = overdue
+		anyOverdue = anyOverdue || overdue
+	}
+	if anyOverdue {
+		checkAt = now.Add(sub.deadline / 10)
+	}
+	if newlyOverdue {
+		// They should not wait behind a handler that is past its deadline.
+		sub.giveBackRows(h)
+		if !due {
+			sub.flush(h)
+		}
+	}
+	if due && !sub.renew(h) {
+		retryAt = now.Add(sub.deadline / 10)
+	}
+	return retryAt, checkAt
+}
+
+// giveBackRows moves h's rows not handed out to its settlements, given
+// back: nobody tried them.
+func (sub *subscription) giveBackRows(h *held) {
 	for _, r := range h.rows {
 		h.settled = append(h.settled, settlement{row: r, action: giveBack})
 	}
 	h.rows = nil
-	return stalled
 }
 
 // flush applies what h has settled.
@@ -283,178 +537,61 @@ func (sub *subscription) flush(h *held) {
 	h.settled = nil
 }
 
-// renew applies what h has settled and extends the lease of its rows, all in
-// one statement, retried until the lease ends. The rows it no longer holds
+// renew applies what h has settled and extends the lease of its rows not
+// handed out and of its deliveries whose handler is not overdue, all in one
+// statement, retried until the lease ends. The rows it no longer holds
 // (another subscriber claimed them after their lease ran out) are dropped
-// from h, with a log line. ok is false when the database could not be
-// reached: h is left as it was, its rows come back when their lease ends.
-// kept tells whether the row at offset delivered, if any, is still held.
-func (sub *subscription) renew(h *held, delivered int64) (ok, kept bool) {
+// from h, with a log line, and a delivery's message context is then
+// cancelled. ok is false when the database could not be reached: h is left
+// as it was, its rows come back when their lease ends.
+func (sub *subscription) renew(h *held) (ok bool) {
 	ss := slices.Clip(h.settled)
 	for _, r := range h.rows {
 		ss = append(ss, settlement{row: r, action: renew, delay: sub.deadline})
 	}
+	for _, d := range h.out {
+		if !d.overdue && !d.ended {
+			ss = append(ss, settlement{row: d.row, action: renew, delay: sub.deadline})
+		}
+	}
 	renewed, leaseEnd, err := sub.settle(ss, h.leaseEnd)
 	if err != nil {
 		sub.logger.Error("Renewing the claim failed; its rows come back when their lease ends unless a renewal succeeds before", err, nil)
-		return false, true
+		return false
 	}
 	h.settled, h.leaseEnd = nil, leaseEnd
-	kept = delivered < 0
-	rows := h.rows[:0]
-	for _, r := range h.rows {
+	for _, d := range h.out {
 		switch {
-		case renewed[r.offset]:
-			rows = append(rows, r)
-			kept = kept || r.offset == delivered
-		case r.offset == delivered:
+		case d.overdue || d.ended:
+		case renewed[d.row.offset]:
+			d.leaseEnd = leaseEnd
+		default:
+			d.lost, d.ended = true, true
+			d.cancel()
 			sub.logger.Error("Lease of a message being handled lost to another subscriber; it will be delivered again", nil,
-				watermill.LogFields{"message_uuid": r.msg.UUID, "offset": r.offset})
-		default:
-			// Its lease had run out and another subscriber claimed it.
-			sub.logger.Info("Claimed message lost to another subscriber before delivery", watermill.LogFields{"message_uuid": r.msg.UUID})
+				watermill.LogFields{"message_uuid": d.row.msg.UUID, "offset": d.row.offset})
 		}
 	}
-	h.rows = rows
-	return true, kept
+	h.rows = slices.DeleteFunc(h.rows, func(r claimedRow) bool {
+		if renewed[r.offset] {
+			return false
+		}
+		// Its lease had run out and another subscriber claimed it.
+		sub.logger.Info("Claimed message lost to another subscriber before delivery", watermill.LogFields{"message_uuid": r.msg.UUID})
+		return true
+	})
+	return true
 }
 
-// giveBackRest applies what h has settled and gives back its rows but the
-// one being delivered, in one statement: they should not wait behind a
-// handler that is past its deadline.
-func (sub *subscription) giveBackRest(h *held) {
-	if len(h.rows) < 2 && len(h.settled) == 0 {
-		return
-	}
-	for _, r := range h.rows[1:] {
-		h.settled = append(h.settled, settlement{row: r, action: giveBack})
-	}
-	h.rows = h.rows[:1]
-	sub.flush(h)
-}
-
-// deliver hands h.rows[0]'s message to the consumer and waits for its ack or
-// nack. taken is false when the consumer did not take the message within the
-// lease slack, or the subscription stopped.
-//
-// While it waits, a heartbeat renews the lease of every row h holds (and
-// applies what h has settled) whenever the lease is a third of the deadline
-// old, so another subscriber never gets a message whose handler is still at
-// work. It stops renewing while the handler is past the deadline of its
-// attempt (broker.StartAttempt, which the Timeout middleware calls), and
-// gives the rest of the batch back: the lease then runs out and the message
-// goes to another subscriber. When the lease ends (renewals stopped or
-// failed) or is lost (the row was claimed by another subscriber), the
-// message's context is cancelled and deliver returns without a settlement.
-// While a handler runs longer than the lease slack, what the batch settled
-// before it is applied.
-func (sub *subscription) deliver(ctx context.Context, h *held) (_ settlement, taken bool) {
-	r := h.rows[0]
-	// A subscription that stops (shutdown stops intake first) does not cut
-	// the handler short: a handler finishing then must still settle what it
-	// has done. Only Close or the end of the lease does.
-	msgCtx, cancel := context.WithCancel(sub.msgBase)
-	defer cancel() // the message's context ends with its settlement
-	msgCtx, clock := broker.WithAttemptClock(msgCtx)
-	r.msg.SetContext(msgCtx)
-	// Taken later, the message would have less than its time.
-	timer := sub.timer
-	defer timer.Stop()
-	timer.Reset(time.Until(h.leaseEnd.Add(-(sub.deadline - sub.leaseSlack()))))
-	select {
-	case sub.out <- r.msg:
-	case <-timer.C:
-		return settlement{}, false
-	case <-ctx.Done():
-		return settlement{}, false
-	}
-
-	flushAt := time.Now().Add(sub.leaseSlack())
-	renewAt := h.leaseEnd.Add(-sub.deadline + sub.renewalAge())
-	overdue := false
-	lost := false
-wait:
-	for {
-		next := earliest(h.leaseEnd, renewAt)
-		if !flushAt.IsZero() {
-			next = earliest(next, flushAt)
-		}
-		timer.Reset(time.Until(next))
-		select {
-		case <-r.msg.Acked():
-			break wait
-		case <-r.msg.Nacked():
-			break wait
-		case <-msgCtx.Done():
-			break wait
-		case now := <-timer.C:
-			if !now.Before(h.leaseEnd) {
-				break wait
-			}
-			if !flushAt.IsZero() && !now.Before(flushAt) {
-				flushAt = time.Time{}
-				if len(h.settled) > 0 {
-					sub.flush(h)
-				}
-			}
-			if now.Before(renewAt) {
-				continue
-			}
-			if clock.Overdue(now) {
-				if !overdue {
-					overdue = true
-					sub.logger.Info("Handler past its deadline: its message's lease is no longer renewed, it will be delivered again",
-						watermill.LogFields{"message_uuid": r.msg.UUID, "lease_end": h.leaseEnd})
-					sub.giveBackRest(h)
-				}
-				// Checked again: a handler that returns late, or the
-				// policy's next attempt, renews again while it can.
-				renewAt = now.Add(sub.deadline / 10)
-				continue
-			}
-			overdue = false
-			ok, kept := sub.renew(h, r.offset)
-			if !kept {
-				lost = true
-				break wait
-			}
-			if !ok {
-				renewAt = now.Add(sub.deadline / 10)
-				continue
-			}
-			renewAt = h.leaseEnd.Add(-sub.deadline + sub.renewalAge())
-		}
-	}
-	// An ack or nack that came with the end of the context still counts.
-	if !lost {
-		select {
-		case <-r.msg.Acked():
-			return settlement{row: r, action: ack}, true
-		case <-r.msg.Nacked():
-			// The delay is read from the message, where the retry middleware
-			// set it before nacking.
-			n := nackOf(r.msg)
-			delay := sub.redeliveryDelay
-			if n.requested {
-				delay = n.delay
-			}
-			return settlement{row: r, action: nackIt, delay: delay}, true
-		default:
-		}
-	}
-	cancel()
+// earliestSet is the earlier of a and b, ignoring either when zero.
+func earliestSet(a, b time.Time) time.Time {
 	switch {
-	case lost:
-		// Logged by renew; the row is another subscriber's now.
-	case sub.closing.Err() != nil:
-		// Close: the row goes back at once.
-		return settlement{row: r, action: release}, true
-	default:
-		// The lease has ended, the row is anyone's again.
-		sub.logger.Info("Message not acked or nacked before its lease ended; it will be delivered again",
-			watermill.LogFields{"message_uuid": r.msg.UUID, "ack_deadline": sub.deadline, "handler_overdue": overdue})
+	case a.IsZero():
+		return b
+	case b.IsZero():
+		return a
 	}
-	return settlement{row: r}, true
+	return earliest(a, b)
 }
 
 func earliest(a, b time.Time) time.Time {
