@@ -236,17 +236,17 @@ func (sub *subscription) claim(ctx context.Context, pending []settlement) ([]cla
 	return claimed, sent.Add(sub.deadline), nil
 }
 
-// leaseSlack is how much of a lease may be used up before a message is handed
-// out under it: a delivered message starts with between deadline-leaseSlack
-// and deadline of lease, and a batch renews its lease before handing out a
-// message when its messages have taken more than leaseSlack in all (never
-// with fast handlers, at most once per message with slow ones).
+// leaseSlack is how long a consumer has to take a message on offer before
+// the subscription takes it for stalled, and how long settlements wait while
+// handlers still run before they are applied on their own.
 func (sub *subscription) leaseSlack() time.Duration {
 	return min(sub.deadline/10, time.Second)
 }
 
 // renewalAge is how old a lease may get while a delivered message is
-// handled before the heartbeat renews it: a third of the deadline, so that
+// handled before the heartbeat renews it, and before a message is handed out
+// under it (a batch renews its lease first: never with fast handlers, at
+// most once per message with slow ones): a third of the deadline, so that
 // every renewal is sent before half of the lease has passed, with the rest
 // left for the statement (and its retries) and for clock slack.
 func (sub *subscription) renewalAge() time.Duration { return sub.deadline / 3 }
@@ -290,8 +290,11 @@ type delivery struct {
 // while a handler runs (so that none outlives its lease): those are applied
 // on the way.
 //
-// A message is handed out only while the lease has its deadline left, less
-// the slack; otherwise the lease is renewed first. While a message is
+// A message is handed out only while the lease is younger than the
+// renewal age, or fresh from the database (from the claim or a renewal, not
+// yet used to hand out a message: a round trip as slow as the renewal age
+// must not make the subscription renew for ever); otherwise the lease is
+// renewed first. While a message is
 // handed out and unsettled, a heartbeat renews the lease of every row the
 // subscription holds whenever the lease is a third of the deadline old, but
 // for the rows whose handler is past the deadline of its attempt
@@ -304,7 +307,7 @@ type delivery struct {
 //
 // The rows not handed out when the subscription stops are given back,
 // uncounted, and so are they when the consumer does not take a message
-// within the lease slack: stalled, a consumer that no longer reads its
+// within the lease slack of its offer: stalled, a consumer that no longer reads its
 // channel (without cancelling the subscription) leaves its rows to others
 // instead of renewing their lease for as long as it stalls, and the
 // subscription claims again a poll interval later. Messages already handed
@@ -325,7 +328,10 @@ func (sub *subscription) work(ctx context.Context, h *held) (stalled bool) {
 		// flushAt, when set, is when the settlements so far are applied
 		// while handlers still run.
 		flushAt time.Time
-		stop    = ctx.Done()
+		// fresh: h.leaseEnd came from the database after the last message
+		// was handed out.
+		fresh = true
+		stop  = ctx.Done()
 	)
 	timer := sub.timer
 	defer timer.Stop()
@@ -346,17 +352,16 @@ func (sub *subscription) work(ctx context.Context, h *held) (stalled bool) {
 			return stalled
 		}
 		if offer == nil && stop != nil && len(h.rows) > 0 && len(h.out) < sub.concurrency {
-			if time.Until(h.leaseEnd) < sub.deadline-sub.leaseSlack() {
+			if !fresh && time.Until(h.leaseEnd) < sub.deadline-sub.renewalAge() {
 				if !sub.renew(h) {
 					endIntake(false)
 				} else {
-					retryAt = time.Time{}
+					retryAt, fresh = time.Time{}, true
 				}
 				continue
 			}
 			offer = sub.prepare(h.rows[0])
-			// Taken later, the message would have less than its time.
-			offerUntil = h.leaseEnd.Add(-(sub.deadline - sub.leaseSlack()))
+			offerUntil = time.Now().Add(sub.leaseSlack())
 		}
 		switch {
 		case len(h.settled) == 0 || len(h.out) == 0:
@@ -390,6 +395,7 @@ func (sub *subscription) work(ctx context.Context, h *held) (stalled bool) {
 		timer.Reset(time.Until(next))
 		select {
 		case out <- offered:
+			fresh = false
 			h.rows = h.rows[1:]
 			offer.leaseEnd = h.leaseEnd
 			h.out = append(h.out, offer)
