@@ -132,3 +132,32 @@ func TestConcurrentHeartbeatRenewsAllButTheOverdue(t *testing.T) {
 	}
 	assert.Eventually(t, func() bool { return rowsLeft(t, cfg, topic) == 0 }, 10*time.Second, 20*time.Millisecond, "acked: deleted")
 }
+
+// Messages published while a subscription's handlers still run go out to
+// its free room (broker.WithConcurrency) a poll interval later, as to an
+// idle subscription: a claim that came back with fewer rows than the room
+// does not keep the rest of it empty until its batch is settled.
+func TestConcurrentDeliveriesFillTheRoomAsMessagesArrive(t *testing.T) {
+	t.Parallel()
+	const room = 4
+	cfg := testConfig(t)
+	cfg.PollInterval = 50 * time.Millisecond
+	ps := newPubSub(t, cfg)
+	topic := brokertest.Topic(t)
+	require.NoError(t, ps.SubscribeInitialize(topic))
+
+	ctx, cancel := context.WithCancel(broker.WithConcurrency(context.Background(), room))
+	defer cancel()
+	msgs, err := ps.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	publishNumbered(t, ps, topic, 1)
+	first := brokertest.Next(t, msgs, 10*time.Second)
+	later := publishNumbered(t, ps, topic, room-1)
+	var got []string
+	for range room - 1 {
+		got = append(got, brokertest.Next(t, msgs, 5*time.Second).UUID)
+	}
+	assert.ElementsMatch(t, later, got, "handed out while the first is unsettled")
+	require.NoError(t, first.Context().Err())
+	require.True(t, first.Ack())
+}

@@ -155,7 +155,7 @@ func (sub *subscription) run(ctx context.Context) {
 	var pending []settlement
 	defer func() { sub.flush(&held{settled: pending}) }()
 	for ctx.Err() == nil {
-		rows, leaseEnd, err := sub.claim(ctx, pending)
+		rows, leaseEnd, err := sub.claim(ctx, pending, sub.batchSize)
 		pending = nil
 		switch {
 		case ctx.Err() != nil:
@@ -182,7 +182,7 @@ func (sub *subscription) run(ctx context.Context) {
 	}
 }
 
-// claim applies pending and claims up to batchSize rows, in offset order,
+// claim applies pending and claims up to limit rows, in offset order,
 // and returns when their lease ends by this clock. Both statements go in one
 // round trip and commit together (a pgx batch is one implicit transaction),
 // and the claim's rows are handed out only once that commit is confirmed: a
@@ -191,7 +191,7 @@ func (sub *subscription) run(ctx context.Context) {
 // not stop when ctx ends: a claim cut off after it committed would leave its
 // rows counted and claimed, unseen, for a whole lease; run to its end, it is
 // given back.
-func (sub *subscription) claim(ctx context.Context, pending []settlement) ([]claimedRow, time.Time, error) {
+func (sub *subscription) claim(ctx context.Context, pending []settlement, limit int) ([]claimedRow, time.Time, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	var (
@@ -201,7 +201,7 @@ func (sub *subscription) claim(ctx context.Context, pending []settlement) ([]cla
 	if len(pending) > 0 {
 		b.Queue(sub.settleSQL, settleArgs(pending)...)
 	}
-	b.Queue(sub.claimSQL, claimArgs(sub.batchSize, sub.deadline)...).Query(func(rows pgx.Rows) error {
+	b.Queue(sub.claimSQL, claimArgs(limit, sub.deadline)...).Query(func(rows pgx.Rows) error {
 		// Scanned into the same variables row after row (pgx gives every
 		// row its own payload, metadata, uuid and time).
 		var (
@@ -217,7 +217,7 @@ func (sub *subscription) claim(ctx context.Context, pending []settlement) ([]cla
 				return fmt.Errorf("scan row: %w", err)
 			}
 			if claimed == nil { // an idle poll allocates no batch
-				claimed = make([]claimedRow, 0, sub.batchSize)
+				claimed = make([]claimedRow, 0, limit)
 			}
 			r.msg = sub.schema.deliveredMessage(r.offset, uuid, payload, md, earlier, firstFailedAtTime)
 			claimed = append(claimed, r)
@@ -284,7 +284,9 @@ type delivery struct {
 }
 
 // work hands the claimed rows out, up to sub.concurrency unsettled at once,
-// and returns once each is settled or given up. What is settled is left in
+// and returns once each is settled or given up. While messages are out and
+// every row is handed out, it claims more for the free room (claimMore),
+// the settlements so far going with that claim. What is settled is left in
 // h.settled for the caller to apply with the next claim, unless the lease
 // must be renewed, or settlements would wait longer than the lease slack
 // while a handler runs (so that none outlives its lease): those are applied
@@ -331,7 +333,13 @@ func (sub *subscription) work(ctx context.Context, h *held) (stalled bool) {
 		// fresh: h.leaseEnd came from the database after the last message
 		// was handed out.
 		fresh = true
-		stop  = ctx.Done()
+		// claimAt, when set, is when more rows may be claimed while
+		// messages are out: the last claim found the queue drained (it
+		// came back short), or failed.
+		claimAt = sub.nextClaim(len(h.rows), sub.batchSize)
+		// drained: the last claim came back short.
+		drained = len(h.rows) < sub.batchSize
+		stop    = ctx.Done()
 	)
 	timer := sub.timer
 	defer timer.Stop()
@@ -350,6 +358,30 @@ func (sub *subscription) work(ctx context.Context, h *held) (stalled bool) {
 		}
 		if len(h.rows) == 0 && len(h.out) == 0 {
 			return stalled
+		}
+		topUp := false
+		// While the queue is busy, more is claimed once half the room is
+		// free, so that claims stay large; once it was drained, a poll
+		// interval later for any room, as an idle subscription polls.
+		if room := sub.concurrency - len(h.out); stop != nil && len(h.rows) == 0 && room > 0 && (drained || 2*room >= sub.concurrency) {
+			if claimAt.IsZero() || !time.Now().Before(claimAt) {
+				// A batch's fast handlers settle at once: taken together,
+				// the whole batch goes to the next claim.
+				for drained := false; !drained && len(h.out) > 0; {
+					select {
+					case d := <-settledOut:
+						sub.finish(h, d)
+					default:
+						drained = true
+					}
+				}
+				if len(h.out) > 0 {
+					claimAt, drained = sub.claimMore(ctx, h)
+					fresh = fresh || len(h.rows) > 0
+				}
+				continue
+			}
+			topUp = true
 		}
 		if offer == nil && stop != nil && len(h.rows) > 0 && len(h.out) < sub.concurrency {
 			if !fresh && time.Until(h.leaseEnd) < sub.deadline-sub.renewalAge() {
@@ -379,11 +411,17 @@ func (sub *subscription) work(ctx context.Context, h *held) (stalled bool) {
 		if offer != nil {
 			out, offered, next = sub.out, offer.row.msg, offerUntil
 		}
-		if len(h.out) > 0 {
-			heartbeat = cmp.Or(retryAt, h.leaseEnd.Add(-sub.deadline+sub.renewalAge()))
-			if !checkAt.IsZero() {
-				heartbeat = earliest(heartbeat, checkAt)
+		if topUp {
+			next = earliestSet(next, claimAt)
+		}
+		renewAt := func() time.Time {
+			if oldest := sub.oldestLease(h); !oldest.IsZero() {
+				return cmp.Or(retryAt, oldest.Add(-sub.deadline+sub.renewalAge()))
 			}
+			return time.Time{}
+		}
+		if len(h.out) > 0 {
+			heartbeat = earliestSet(renewAt(), checkAt)
 			next = earliestSet(next, heartbeat)
 			next = earliestSet(next, flushAt)
 			for _, d := range h.out {
@@ -419,7 +457,8 @@ func (sub *subscription) work(ctx context.Context, h *held) (stalled bool) {
 				sub.flush(h)
 			}
 			if len(h.out) > 0 && !heartbeat.IsZero() && !now.Before(heartbeat) {
-				retryAt, checkAt = sub.heartbeat(h, now, !now.Before(cmp.Or(retryAt, h.leaseEnd.Add(-sub.deadline+sub.renewalAge()))))
+				due := renewAt()
+				retryAt, checkAt = sub.heartbeat(h, now, !due.IsZero() && !now.Before(due))
 			}
 		}
 	}
@@ -560,7 +599,7 @@ func (sub *subscription) renew(h *held) (ok bool) {
 			ss = append(ss, settlement{row: d.row, action: renew, delay: sub.deadline})
 		}
 	}
-	renewed, leaseEnd, err := sub.settle(ss, h.leaseEnd)
+	renewed, leaseEnd, err := sub.settle(ss, cmp.Or(sub.oldestLease(h), time.Now().Add(settleTimeout)))
 	if err != nil {
 		sub.logger.Error("Renewing the claim failed; its rows come back when their lease ends unless a renewal succeeds before", err, nil)
 		return false
@@ -587,6 +626,56 @@ func (sub *subscription) renew(h *held) (ok bool) {
 		return true
 	})
 	return true
+}
+
+// claimMore claims rows for the free room of a subscription whose messages
+// are out and whose rows are all handed out, so that up to
+// sub.concurrency are out at once even when a claim came back with fewer,
+// applying what h has settled in the same round trip; held rows stay
+// within the batch size. It returns when to try again: a poll interval
+// later when the queue was drained, a retry interval later when the claim
+// failed (nextClaim).
+func (sub *subscription) claimMore(ctx context.Context, h *held) (claimAt time.Time, drained bool) {
+	limit := sub.batchSize - len(h.out)
+	rows, leaseEnd, err := sub.claim(ctx, h.settled, limit)
+	// Applied with the claim, or on their own when it failed.
+	h.settled = nil
+	if err != nil {
+		sub.logger.Error("Claiming messages failed", err, nil)
+		return time.Now().Add(sub.retryInterval), false
+	}
+	if len(rows) > 0 {
+		h.rows, h.leaseEnd = rows, leaseEnd
+	}
+	return sub.nextClaim(len(rows), limit), len(rows) < limit
+}
+
+// nextClaim is when a subscription whose last claim got got of limit rows
+// may claim more while messages are out: at once after a full claim, a poll
+// interval later after a short one (the queue was drained then), as an idle
+// subscription polls; meanwhile the batch's settlements gather for one
+// statement.
+func (sub *subscription) nextClaim(got, limit int) time.Time {
+	if got < limit {
+		return time.Now().Add(sub.pollInterval)
+	}
+	return time.Time{}
+}
+
+// oldestLease is the earliest end of the leases the heartbeat renews: of
+// h's rows not handed out and its deliveries whose handler is not overdue;
+// zero when there is none.
+func (sub *subscription) oldestLease(h *held) time.Time {
+	var t time.Time
+	if len(h.rows) > 0 {
+		t = h.leaseEnd
+	}
+	for _, d := range h.out {
+		if !d.overdue && !d.ended {
+			t = earliestSet(t, d.leaseEnd)
+		}
+	}
+	return t
 }
 
 // earliestSet is the earlier of a and b, ignoring either when zero.
