@@ -161,3 +161,40 @@ func TestConcurrentDeliveriesFillTheRoomAsMessagesArrive(t *testing.T) {
 	require.NoError(t, first.Context().Err())
 	require.True(t, first.Ack())
 }
+
+// On a busy queue, a handler that runs long does not keep the room the
+// rest of its batch freed empty: once half the room is free behind it for
+// longer than the slack, the subscription claims more for it.
+func TestConcurrentDeliveriesDoNotWaitForAStraggler(t *testing.T) {
+	t.Parallel()
+	const room = 4
+	cfg := testConfig(t)
+	cfg.BatchSize = room
+	cfg.AckDeadline = time.Second // slack 100 ms
+	ps := newPubSub(t, cfg)
+	topic := brokertest.Topic(t)
+	ids := publishNumbered(t, ps, topic, 2*room)
+
+	ctx, cancel := context.WithCancel(broker.WithConcurrency(context.Background(), room))
+	defer cancel()
+	msgs, err := ps.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	var first []*message.Message
+	for range room {
+		first = append(first, brokertest.Next(t, msgs, 10*time.Second))
+	}
+	straggler := first[0]
+	for _, m := range first[1:] {
+		require.True(t, m.Ack())
+	}
+	var got []string
+	for range room - 1 {
+		m := brokertest.Next(t, msgs, 5*time.Second)
+		got = append(got, m.UUID)
+		require.True(t, m.Ack())
+	}
+	assert.Equal(t, ids[room:2*room-1], got, "the next claim's messages, while the straggler runs")
+	require.NoError(t, straggler.Context().Err())
+	require.True(t, straggler.Ack())
+	require.True(t, brokertest.Next(t, msgs, 5*time.Second).Ack())
+}

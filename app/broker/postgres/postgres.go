@@ -17,8 +17,9 @@
 // asks for at once (broker.WithConcurrency; at most the batch, which 0 asks
 // for): the Watermill router then runs that many handlers at once, and
 // while some are out the subscription claims more for the free room (once
-// half of it is free while the queue is busy, a poll interval after a claim
-// that drained it), the settlements so far riding with that claim. On an
+// half of it is free behind a handler running longer than the slack while
+// the queue is busy, a poll interval after a claim that drained it), the
+// settlements so far riding with that claim. On an
 // ordered queue a claim holds at most one row of each group (see
 // Config.OrderedQueues), so its messages handed out at once are of different
 // groups and each group is still handled one message at a time. An ack

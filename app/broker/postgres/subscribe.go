@@ -275,6 +275,8 @@ type delivery struct {
 	// leaseEnd is when the row's lease ends by this clock: held.leaseEnd,
 	// or earlier when its renewals stopped while its handler was overdue.
 	leaseEnd time.Time
+	// since is when it was handed out.
+	since time.Time
 	// overdue: its handler is past the deadline of its attempt, its lease
 	// is not renewed.
 	overdue bool
@@ -361,10 +363,17 @@ func (sub *subscription) work(ctx context.Context, h *held) (stalled bool) {
 		}
 		topUp := false
 		// While the queue is busy, more is claimed once half the room is
-		// free, so that claims stay large; once it was drained, a poll
-		// interval later for any room, as an idle subscription polls.
+		// free and the oldest message out has run longer than the slack (a
+		// straggler: fast handlers' batches are claimed whole); once it
+		// was drained, a poll interval later for any room, as an idle
+		// subscription polls.
+		var topUpAt time.Time
 		if room := sub.concurrency - len(h.out); stop != nil && len(h.rows) == 0 && room > 0 && (drained || 2*room >= sub.concurrency) {
-			if claimAt.IsZero() || !time.Now().Before(claimAt) {
+			topUpAt = claimAt
+			if !drained {
+				topUpAt = latest(claimAt, h.out[0].since.Add(sub.leaseSlack()))
+			}
+			if topUpAt.IsZero() || !time.Now().Before(topUpAt) {
 				// A batch's fast handlers settle at once: taken together,
 				// the whole batch goes to the next claim.
 				for drained := false; !drained && len(h.out) > 0; {
@@ -412,7 +421,7 @@ func (sub *subscription) work(ctx context.Context, h *held) (stalled bool) {
 			out, offered, next = sub.out, offer.row.msg, offerUntil
 		}
 		if topUp {
-			next = earliestSet(next, claimAt)
+			next = earliestSet(next, topUpAt)
 		}
 		renewAt := func() time.Time {
 			if oldest := sub.oldestLease(h); !oldest.IsZero() {
@@ -434,6 +443,7 @@ func (sub *subscription) work(ctx context.Context, h *held) (stalled bool) {
 		select {
 		case out <- offered:
 			fresh = false
+			offer.since = time.Now()
 			h.rows = h.rows[1:]
 			offer.leaseEnd = h.leaseEnd
 			h.out = append(h.out, offer)
@@ -676,6 +686,14 @@ func (sub *subscription) oldestLease(h *held) time.Time {
 		}
 	}
 	return t
+}
+
+// latest is the later of a and b.
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // earliestSet is the earlier of a and b, ignoring either when zero.
