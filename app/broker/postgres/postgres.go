@@ -13,14 +13,25 @@
 // timeout), moving available_at and claimed_until to the end of the lease,
 // so that no other subscriber can claim it until then (FOR UPDATE SKIP
 // LOCKED keeps two claims running at once apart). It then hands the
-// messages out one at a time. An ack deletes the row; a nack ends the claim
-// and makes the row available again, to any subscriber, after the delay in
-// the message's metadata.NackDelayKey metadata when it has a valid one (the
-// retry middleware's back-off), else after RedeliveryDelay. A batch's acks
-// and nacks are applied together in one statement when the batch is done,
-// sent with the next claim in one round trip that commits both (or earlier,
-// see Leases): a batch costs one commit. Delivery is at least once. Order is publish order for
-// a single subscriber that never nacks; competing subscribers interleave.
+// messages out one at a time, or up to the number the subscription's context
+// asks for at once (broker.WithConcurrency; at most the batch, which 0 asks
+// for): the Watermill router then runs that many handlers at once, and
+// while some are out the subscription claims more for the free room (once
+// half of it is free behind a handler running longer than the slack while
+// the queue is busy, a poll interval after a claim that drained it), the
+// settlements so far riding with that claim. On an
+// ordered queue a claim holds at most one row of each group (see
+// Config.OrderedQueues), so its messages handed out at once are of different
+// groups and each group is still handled one message at a time. An ack
+// deletes the row; a nack ends the claim and makes the row available again,
+// to any subscriber, after the delay in the message's metadata.NackDelayKey
+// metadata when it has a valid one (the retry middleware's back-off), else
+// after RedeliveryDelay. A batch's acks and nacks are applied together in one
+// statement when the batch is done, sent with the next claim in one round
+// trip that commits both (or earlier, see Leases): a batch costs one commit,
+// however many of its messages were handled at once. Delivery is at least
+// once. Order is publish order for a single subscriber that never nacks and
+// handles one message at a time; competing subscribers interleave.
 //
 // A delivery that ends in neither an ack nor a nack still counts:
 //
@@ -72,17 +83,20 @@
 //
 // # Leases
 //
-// A message is handed out only while its claim has its ack deadline left,
-// less a slack of a tenth of it, at most 1 s; otherwise the subscription first
-// renews the lease of the rows it still holds, applying the settlements so
-// far in the same statement. A consumer that does not take a message within
-// the slack (it stopped reading without cancelling) gets nothing renewed:
-// the rest of the batch is given back, uncounted, to whoever claims first,
-// and the subscription claims again a poll interval later.
+// A message is handed out only while its lease is younger than a third of
+// the ack deadline, or fresh from the database (the claim's or a renewal's,
+// however slow its round trip was: a database slower than the slack must
+// not keep the subscription renewing instead of delivering); otherwise the
+// subscription first renews the lease of the rows it still holds, applying
+// the settlements so far in the same statement. A consumer that does not
+// take a message within a slack of a tenth of the ack deadline, at most 1 s,
+// (it stopped reading without cancelling) gets nothing renewed: the rest of
+// the batch is given back, uncounted, to whoever claims first, and the
+// subscription claims again a poll interval later.
 //
 // While a delivered message is neither acked nor nacked, a heartbeat renews
-// the lease of every row the subscription holds (the message's and the rest
-// of its batch) whenever the lease is a third of the ack deadline old, in
+// the lease of every row the subscription holds (the messages handed out and
+// the rest of their batch) whenever the lease is a third of the ack deadline old, in
 // one statement that also applies the batch's settlements so far: a handler
 // may run longer than the ack deadline — a report generation, a model call —
 // and no other subscriber gets its message meanwhile. The heartbeat stops

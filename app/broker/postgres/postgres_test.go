@@ -56,6 +56,7 @@ func TestConformance(t *testing.T) {
 		QueueStats:         true,
 		Peek:               true,
 		PeekInOrder:        true,
+		Concurrency:        4,
 	}, func(t *testing.T) broker.PubSub {
 		return newPubSub(t, testConfig(t))
 	})

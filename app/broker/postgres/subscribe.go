@@ -17,7 +17,9 @@ import (
 
 // Subscribe starts a subscription that competes with every other subscriber
 // of topic. The channel closes when ctx ends or the PubSub closes. Each
-// message must be acked or nacked before the next one arrives.
+// message must be acked or nacked before the next one arrives, unless ctx
+// asks for more at once (broker.WithConcurrency): then up to that many, at
+// most the rows of one claim, are handed out unsettled at once.
 func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if err := p.schema.checkTopic(topic); err != nil {
 		return nil, err
@@ -40,6 +42,7 @@ func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.M
 		settleSQL:       p.schema.settleSQL(topic),
 		pool:            p.consumePool,
 		batchSize:       p.cfg.batchSizeOf(topic),
+		concurrency:     concurrencyOf(ctx, p.cfg.batchSizeOf(topic)),
 		deadline:        p.cfg.ackDeadlineOf(topic),
 		pollInterval:    p.cfg.PollInterval,
 		retryInterval:   p.cfg.RetryInterval,
@@ -68,6 +71,24 @@ func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.M
 	return sub.out, nil
 }
 
+// concurrencyOf is how many messages a subscription started with ctx
+// hands out before the first of them is settled: one unless ctx asks for
+// more (broker.WithConcurrency), at most the rows of one claim (0 asks for
+// that many). An ordered queue needs no bound of its own: a claim holds at
+// most one row of each group (the head; see claimSQL), so its messages are
+// of different groups, and a group's next row is claimable only once its
+// head is settled.
+func concurrencyOf(ctx context.Context, batch int) int {
+	n, ok := broker.ConcurrencyFrom(ctx)
+	switch {
+	case !ok:
+		return 1
+	case n == 0 || n > batch:
+		return batch
+	}
+	return n
+}
+
 func (p *PubSub) forget(sub *subscription) {
 	p.mu.Lock()
 	cancel := p.subs[sub]
@@ -79,7 +100,7 @@ func (p *PubSub) forget(sub *subscription) {
 }
 
 // subscription is one Subscribe call's loop: claim a batch, hand its messages
-// out one at a time, settle them, claim again.
+// out (concurrency at once), settle them, claim again.
 type subscription struct {
 	topic  string
 	schema queueSchema
@@ -101,8 +122,11 @@ type subscription struct {
 	// msgBase is the parent of every delivered message's context: the
 	// subscription's values, ended by Close only.
 	msgBase context.Context
-	// timer serves every delivery in turn (one at a time).
+	// timer serves every claim's work in turn.
 	timer *time.Timer
+	// concurrency is how many messages are handed out unsettled at once:
+	// concurrencyOf the subscription's context.
+	concurrency int
 }
 
 // claimedRow is a row this subscription has claimed.
@@ -131,7 +155,7 @@ func (sub *subscription) run(ctx context.Context) {
 	var pending []settlement
 	defer func() { sub.flush(&held{settled: pending}) }()
 	for ctx.Err() == nil {
-		rows, leaseEnd, err := sub.claim(ctx, pending)
+		rows, leaseEnd, err := sub.claim(ctx, pending, sub.batchSize)
 		pending = nil
 		switch {
 		case ctx.Err() != nil:
@@ -158,7 +182,7 @@ func (sub *subscription) run(ctx context.Context) {
 	}
 }
 
-// claim applies pending and claims up to batchSize rows, in offset order,
+// claim applies pending and claims up to limit rows, in offset order,
 // and returns when their lease ends by this clock. Both statements go in one
 // round trip and commit together (a pgx batch is one implicit transaction),
 // and the claim's rows are handed out only once that commit is confirmed: a
@@ -167,7 +191,7 @@ func (sub *subscription) run(ctx context.Context) {
 // not stop when ctx ends: a claim cut off after it committed would leave its
 // rows counted and claimed, unseen, for a whole lease; run to its end, it is
 // given back.
-func (sub *subscription) claim(ctx context.Context, pending []settlement) ([]claimedRow, time.Time, error) {
+func (sub *subscription) claim(ctx context.Context, pending []settlement, limit int) ([]claimedRow, time.Time, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	var (
@@ -177,7 +201,7 @@ func (sub *subscription) claim(ctx context.Context, pending []settlement) ([]cla
 	if len(pending) > 0 {
 		b.Queue(sub.settleSQL, settleArgs(pending)...)
 	}
-	b.Queue(sub.claimSQL, claimArgs(sub.batchSize, sub.deadline)...).Query(func(rows pgx.Rows) error {
+	b.Queue(sub.claimSQL, claimArgs(limit, sub.deadline)...).Query(func(rows pgx.Rows) error {
 		// Scanned into the same variables row after row (pgx gives every
 		// row its own payload, metadata, uuid and time).
 		var (
@@ -193,7 +217,7 @@ func (sub *subscription) claim(ctx context.Context, pending []settlement) ([]cla
 				return fmt.Errorf("scan row: %w", err)
 			}
 			if claimed == nil { // an idle poll allocates no batch
-				claimed = make([]claimedRow, 0, sub.batchSize)
+				claimed = make([]claimedRow, 0, limit)
 			}
 			r.msg = sub.schema.deliveredMessage(r.offset, uuid, payload, md, earlier, firstFailedAtTime)
 			claimed = append(claimed, r)
@@ -212,67 +236,352 @@ func (sub *subscription) claim(ctx context.Context, pending []settlement) ([]cla
 	return claimed, sent.Add(sub.deadline), nil
 }
 
-// leaseSlack is how much of a lease may be used up before a message is handed
-// out under it: a delivered message starts with between deadline-leaseSlack
-// and deadline of lease, and a batch renews its lease before handing out a
-// message when its messages have taken more than leaseSlack in all (never
-// with fast handlers, at most once per message with slow ones).
+// leaseSlack is how long a consumer has to take a message on offer before
+// the subscription takes it for stalled, and how long settlements wait while
+// handlers still run before they are applied on their own.
 func (sub *subscription) leaseSlack() time.Duration {
 	return min(sub.deadline/10, time.Second)
 }
 
 // renewalAge is how old a lease may get while a delivered message is
-// handled before the heartbeat renews it: a third of the deadline, so that
+// handled before the heartbeat renews it, and before a message is handed out
+// under it (a batch renews its lease first: never with fast handlers, at
+// most once per message with slow ones): a third of the deadline, so that
 // every renewal is sent before half of the lease has passed, with the rest
 // left for the statement (and its retries) and for clock slack.
 func (sub *subscription) renewalAge() time.Duration { return sub.deadline / 3 }
 
 // held is what a subscription holds of one claim.
 type held struct {
-	// rows are the claimed rows not yet handed out, in offset order; while a
-	// message is delivered, it is rows[0].
+	// rows are the claimed rows not yet handed out, in offset order.
 	rows []claimedRow
+	// out are the rows handed out and not yet settled, in hand-out order.
+	out []*delivery
 	// settled are the settlements not yet applied.
 	settled []settlement
-	// leaseEnd is when the lease of every claimed row ends, by this clock.
+	// leaseEnd is when the lease of rows ends, by this clock, and of every
+	// delivery in out whose renewals have not stopped.
 	leaseEnd time.Time
 }
 
-// work hands the claimed rows out one at a time and settles them when the
-// lease must be renewed and while a slow handler runs (so that what was
-// settled before it does not outlive its lease); what is settled at the end
-// of the batch is left in h.settled for the caller to apply (with the next
-// claim). The rows it has not delivered when the subscription stops are
-// given back, uncounted, and so are they when the consumer does not take a
-// message within the lease slack: stalled, a consumer that no longer reads
-// its channel (without cancelling the subscription) leaves its rows to
-// others instead of renewing their lease for as long as it stalls, and the
-// subscription claims again a poll interval later.
+// delivery is a claimed row handed out to the consumer.
+type delivery struct {
+	row claimedRow
+	// ctx is the message's context as handed out (middleware may give the
+	// message another one) and cancel ends it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	clock  *broker.AttemptClock
+	// leaseEnd is when the row's lease ends by this clock: held.leaseEnd,
+	// or earlier when its renewals stopped while its handler was overdue.
+	leaseEnd time.Time
+	// since is when it was handed out.
+	since time.Time
+	// overdue: its handler is past the deadline of its attempt, its lease
+	// is not renewed.
+	overdue bool
+	// ended: its lease has ended (its context is cancelled); lost: another
+	// subscriber has claimed the row since.
+	ended, lost bool
+}
+
+// work hands the claimed rows out, up to sub.concurrency unsettled at once,
+// and returns once each is settled or given up. While messages are out and
+// every row is handed out, it claims more for the free room (claimMore),
+// the settlements so far going with that claim. What is settled is left in
+// h.settled for the caller to apply with the next claim, unless the lease
+// must be renewed, or settlements would wait longer than the lease slack
+// while a handler runs (so that none outlives its lease): those are applied
+// on the way.
+//
+// A message is handed out only while the lease is younger than the
+// renewal age, or fresh from the database (from the claim or a renewal, not
+// yet used to hand out a message: a round trip as slow as the renewal age
+// must not make the subscription renew for ever); otherwise the lease is
+// renewed first. While a message is
+// handed out and unsettled, a heartbeat renews the lease of every row the
+// subscription holds whenever the lease is a third of the deadline old, but
+// for the rows whose handler is past the deadline of its attempt
+// (broker.StartAttempt, which the Timeout middleware calls): those are no
+// longer renewed, and the rows not handed out are given back so that they
+// do not wait behind a stuck handler; the lease of such a row then runs out
+// and the message goes to another subscriber. When a handed-out row's lease
+// ends or is lost (another subscriber claimed it), its message's context is
+// cancelled and it is left without a settlement.
+//
+// The rows not handed out when the subscription stops are given back,
+// uncounted, and so are they when the consumer does not take a message
+// within the lease slack of its offer: stalled, a consumer that no longer reads its
+// channel (without cancelling the subscription) leaves its rows to others
+// instead of renewing their lease for as long as it stalls, and the
+// subscription claims again a poll interval later. Messages already handed
+// out are waited for: their contexts do not end with the subscription's (a
+// handler finishing after intake stopped must still settle what it has
+// done), only with Close or their lease.
 func (sub *subscription) work(ctx context.Context, h *held) (stalled bool) {
-	for len(h.rows) > 0 && ctx.Err() == nil {
-		if time.Until(h.leaseEnd) < sub.deadline-sub.leaseSlack() {
-			if ok, _ := sub.renew(h, -1); !ok {
-				break
+	// settledOut receives each delivery once its message is acked or
+	// nacked, or its context ends; at most sub.concurrency are out at once.
+	settledOut := make(chan *delivery, sub.concurrency)
+	var (
+		// offer is the delivery on offer, until offerUntil.
+		offer      *delivery
+		offerUntil time.Time
+		// retryAt, when set, is when a failed renewal is tried again;
+		// checkAt, when set, when overdue handlers are looked at again.
+		retryAt, checkAt time.Time
+		// flushAt, when set, is when the settlements so far are applied
+		// while handlers still run.
+		flushAt time.Time
+		// fresh: h.leaseEnd came from the database after the last message
+		// was handed out.
+		fresh = true
+		// claimAt, when set, is when more rows may be claimed while
+		// messages are out: the last claim found the queue drained (it
+		// came back short), or failed.
+		claimAt = sub.nextClaim(len(h.rows), sub.batchSize)
+		// drained: the last claim came back short.
+		drained = len(h.rows) < sub.batchSize
+		stop    = ctx.Done()
+	)
+	timer := sub.timer
+	defer timer.Stop()
+	endIntake := func(stall bool) {
+		if offer != nil {
+			offer.cancel()
+			offer = nil
+		}
+		stop = nil
+		stalled = stall
+		sub.giveBackRows(h)
+	}
+	for {
+		if stop != nil && ctx.Err() != nil {
+			endIntake(false)
+		}
+		if len(h.rows) == 0 && len(h.out) == 0 {
+			return stalled
+		}
+		topUp := false
+		// While the queue is busy, more is claimed once half the room is
+		// free and the oldest message out has run longer than the slack (a
+		// straggler: fast handlers' batches are claimed whole); once it
+		// was drained, a poll interval later for any room, as an idle
+		// subscription polls.
+		var topUpAt time.Time
+		if room := sub.concurrency - len(h.out); stop != nil && len(h.rows) == 0 && room > 0 && (drained || 2*room >= sub.concurrency) {
+			topUpAt = claimAt
+			if !drained {
+				topUpAt = latest(claimAt, h.out[0].since.Add(sub.leaseSlack()))
 			}
-			continue
+			if topUpAt.IsZero() || !time.Now().Before(topUpAt) {
+				// A batch's fast handlers settle at once: taken together,
+				// the whole batch goes to the next claim.
+				for drained := false; !drained && len(h.out) > 0; {
+					select {
+					case d := <-settledOut:
+						sub.finish(h, d)
+					default:
+						drained = true
+					}
+				}
+				if len(h.out) > 0 {
+					claimAt, drained = sub.claimMore(ctx, h)
+					fresh = fresh || len(h.rows) > 0
+				}
+				continue
+			}
+			topUp = true
 		}
-		st, taken := sub.deliver(ctx, h)
-		if !taken {
-			stalled = ctx.Err() == nil
-			break
+		if offer == nil && stop != nil && len(h.rows) > 0 && len(h.out) < sub.concurrency {
+			if !fresh && time.Until(h.leaseEnd) < sub.deadline-sub.renewalAge() {
+				if !sub.renew(h) {
+					endIntake(false)
+				} else {
+					retryAt, fresh = time.Time{}, true
+				}
+				continue
+			}
+			offer = sub.prepare(h.rows[0])
+			offerUntil = time.Now().Add(sub.leaseSlack())
 		}
-		if len(h.rows) > 0 && h.rows[0].offset == st.row.offset {
+		switch {
+		case len(h.settled) == 0 || len(h.out) == 0:
+			flushAt = time.Time{}
+		case flushAt.IsZero():
+			flushAt = time.Now().Add(sub.leaseSlack())
+		}
+
+		var (
+			out       chan<- *message.Message
+			offered   *message.Message
+			heartbeat time.Time
+			next      time.Time
+		)
+		if offer != nil {
+			out, offered, next = sub.out, offer.row.msg, offerUntil
+		}
+		if topUp {
+			next = earliestSet(next, topUpAt)
+		}
+		renewAt := func() time.Time {
+			if oldest := sub.oldestLease(h); !oldest.IsZero() {
+				return cmp.Or(retryAt, oldest.Add(-sub.deadline+sub.renewalAge()))
+			}
+			return time.Time{}
+		}
+		if len(h.out) > 0 {
+			heartbeat = earliestSet(renewAt(), checkAt)
+			next = earliestSet(next, heartbeat)
+			next = earliestSet(next, flushAt)
+			for _, d := range h.out {
+				if !d.ended {
+					next = earliestSet(next, d.leaseEnd)
+				}
+			}
+		}
+		timer.Reset(time.Until(next))
+		select {
+		case out <- offered:
+			fresh = false
+			offer.since = time.Now()
 			h.rows = h.rows[1:]
-		}
-		if st.action != "" {
-			h.settled = append(h.settled, st)
+			offer.leaseEnd = h.leaseEnd
+			h.out = append(h.out, offer)
+			go watch(offer, settledOut)
+			offer = nil
+		case d := <-settledOut:
+			sub.finish(h, d)
+		case <-stop:
+		case now := <-timer.C:
+			if offer != nil && !now.Before(offerUntil) {
+				endIntake(ctx.Err() == nil)
+			}
+			for _, d := range h.out {
+				if !d.ended && !now.Before(d.leaseEnd) {
+					d.ended = true
+					d.cancel()
+				}
+			}
+			if !flushAt.IsZero() && !now.Before(flushAt) {
+				flushAt = time.Time{}
+				sub.flush(h)
+			}
+			if len(h.out) > 0 && !heartbeat.IsZero() && !now.Before(heartbeat) {
+				due := renewAt()
+				retryAt, checkAt = sub.heartbeat(h, now, !due.IsZero() && !now.Before(due))
+			}
 		}
 	}
+}
+
+// prepare gives r's message the context it is delivered with. A
+// subscription that stops (shutdown stops intake first) does not cut the
+// handler short: only Close or the end of the lease does.
+func (sub *subscription) prepare(r claimedRow) *delivery {
+	msgCtx, cancel := context.WithCancel(sub.msgBase)
+	msgCtx, clock := broker.WithAttemptClock(msgCtx)
+	r.msg.SetContext(msgCtx)
+	return &delivery{row: r, ctx: msgCtx, cancel: cancel, clock: clock}
+}
+
+// watch sends d to settled once its message is acked or nacked, or its
+// context ends.
+func watch(d *delivery, settled chan<- *delivery) {
+	msg := d.row.msg
+	select {
+	case <-msg.Acked():
+	case <-msg.Nacked():
+	case <-d.ctx.Done():
+	}
+	settled <- d
+}
+
+// finish takes d, which watch reported, out of h and records its
+// settlement: an ack or nack, even one that came with the end of its
+// context, unless its row was lost to another subscriber.
+func (sub *subscription) finish(h *held, d *delivery) {
+	h.out = slices.DeleteFunc(h.out, func(o *delivery) bool { return o == d })
+	defer d.cancel() // the message's context ends with its settlement
+	r := d.row
+	if !d.lost {
+		select {
+		case <-r.msg.Acked():
+			h.settled = append(h.settled, settlement{row: r, action: ack})
+			return
+		case <-r.msg.Nacked():
+			// The delay is read from the message, where the retry
+			// middleware set it before nacking.
+			n := nackOf(r.msg)
+			delay := sub.redeliveryDelay
+			if n.requested {
+				delay = n.delay
+			}
+			h.settled = append(h.settled, settlement{row: r, action: nackIt, delay: delay})
+			return
+		default:
+		}
+	}
+	switch {
+	case d.lost:
+		// Logged by renew; the row is another subscriber's now.
+	case sub.closing.Err() != nil:
+		// Close: the row goes back at once.
+		h.settled = append(h.settled, settlement{row: r, action: release})
+	default:
+		// The lease has ended, the row is anyone's again.
+		sub.logger.Info("Message not acked or nacked before its lease ended; it will be delivered again",
+			watermill.LogFields{"message_uuid": r.msg.UUID, "ack_deadline": sub.deadline, "handler_overdue": d.overdue})
+	}
+}
+
+// heartbeat looks at the handlers of h's deliveries and, when due (or when
+// a handler is no longer overdue, so that its row is renewed again while it
+// can), renews the lease of every row but those whose handler is overdue.
+// A handler newly past its deadline is logged, and the rows not handed out
+// are given back. It returns when to retry a renewal that failed, and when
+// to look at overdue handlers again (a handler that returns late, or the
+// policy's next attempt, renews again while it can).
+func (sub *subscription) heartbeat(h *held, now time.Time, due bool) (retryAt, checkAt time.Time) {
+	anyOverdue, newlyOverdue := false, false
+	for _, d := range h.out {
+		if d.ended {
+			continue
+		}
+		overdue := d.clock.Overdue(now)
+		switch {
+		case overdue && !d.overdue:
+			newlyOverdue = true
+			sub.logger.Info("Handler past its deadline: its message's lease is no longer renewed, it will be delivered again",
+				watermill.LogFields{"message_uuid": d.row.msg.UUID, "lease_end": d.leaseEnd})
+		case !overdue && d.overdue:
+			due = true
+		}
+		d.overdue = overdue
+		anyOverdue = anyOverdue || overdue
+	}
+	if anyOverdue {
+		checkAt = now.Add(sub.deadline / 10)
+	}
+	if newlyOverdue {
+		// They should not wait behind a handler that is past its deadline.
+		sub.giveBackRows(h)
+		if !due {
+			sub.flush(h)
+		}
+	}
+	if due && !sub.renew(h) {
+		retryAt = now.Add(sub.deadline / 10)
+	}
+	return retryAt, checkAt
+}
+
+// giveBackRows moves h's rows not handed out to its settlements, given
+// back: nobody tried them.
+func (sub *subscription) giveBackRows(h *held) {
 	for _, r := range h.rows {
 		h.settled = append(h.settled, settlement{row: r, action: giveBack})
 	}
 	h.rows = nil
-	return stalled
 }
 
 // flush applies what h has settled.
@@ -283,178 +592,119 @@ func (sub *subscription) flush(h *held) {
 	h.settled = nil
 }
 
-// renew applies what h has settled and extends the lease of its rows, all in
-// one statement, retried until the lease ends. The rows it no longer holds
+// renew applies what h has settled and extends the lease of its rows not
+// handed out and of its deliveries whose handler is not overdue, all in one
+// statement, retried until the lease ends. The rows it no longer holds
 // (another subscriber claimed them after their lease ran out) are dropped
-// from h, with a log line. ok is false when the database could not be
-// reached: h is left as it was, its rows come back when their lease ends.
-// kept tells whether the row at offset delivered, if any, is still held.
-func (sub *subscription) renew(h *held, delivered int64) (ok, kept bool) {
+// from h, with a log line, and a delivery's message context is then
+// cancelled. ok is false when the database could not be reached: h is left
+// as it was, its rows come back when their lease ends.
+func (sub *subscription) renew(h *held) (ok bool) {
 	ss := slices.Clip(h.settled)
 	for _, r := range h.rows {
 		ss = append(ss, settlement{row: r, action: renew, delay: sub.deadline})
 	}
-	renewed, leaseEnd, err := sub.settle(ss, h.leaseEnd)
+	for _, d := range h.out {
+		if !d.overdue && !d.ended {
+			ss = append(ss, settlement{row: d.row, action: renew, delay: sub.deadline})
+		}
+	}
+	renewed, leaseEnd, err := sub.settle(ss, cmp.Or(sub.oldestLease(h), time.Now().Add(settleTimeout)))
 	if err != nil {
 		sub.logger.Error("Renewing the claim failed; its rows come back when their lease ends unless a renewal succeeds before", err, nil)
-		return false, true
+		return false
 	}
 	h.settled, h.leaseEnd = nil, leaseEnd
-	kept = delivered < 0
-	rows := h.rows[:0]
-	for _, r := range h.rows {
+	for _, d := range h.out {
 		switch {
-		case renewed[r.offset]:
-			rows = append(rows, r)
-			kept = kept || r.offset == delivered
-		case r.offset == delivered:
+		case d.overdue || d.ended:
+		case renewed[d.row.offset]:
+			d.leaseEnd = leaseEnd
+		default:
+			d.lost, d.ended = true, true
+			d.cancel()
 			sub.logger.Error("Lease of a message being handled lost to another subscriber; it will be delivered again", nil,
-				watermill.LogFields{"message_uuid": r.msg.UUID, "offset": r.offset})
-		default:
-			// Its lease had run out and another subscriber claimed it.
-			sub.logger.Info("Claimed message lost to another subscriber before delivery", watermill.LogFields{"message_uuid": r.msg.UUID})
+				watermill.LogFields{"message_uuid": d.row.msg.UUID, "offset": d.row.offset})
 		}
 	}
-	h.rows = rows
-	return true, kept
+	h.rows = slices.DeleteFunc(h.rows, func(r claimedRow) bool {
+		if renewed[r.offset] {
+			return false
+		}
+		// Its lease had run out and another subscriber claimed it.
+		sub.logger.Info("Claimed message lost to another subscriber before delivery", watermill.LogFields{"message_uuid": r.msg.UUID})
+		return true
+	})
+	return true
 }
 
-// giveBackRest applies what h has settled and gives back its rows but the
-// one being delivered, in one statement: they should not wait behind a
-// handler that is past its deadline.
-func (sub *subscription) giveBackRest(h *held) {
-	if len(h.rows) < 2 && len(h.settled) == 0 {
-		return
+// claimMore claims rows for the free room of a subscription whose messages
+// are out and whose rows are all handed out, so that up to
+// sub.concurrency are out at once even when a claim came back with fewer,
+// applying what h has settled in the same round trip; held rows stay
+// within the batch size. It returns when to try again: a poll interval
+// later when the queue was drained, a retry interval later when the claim
+// failed (nextClaim).
+func (sub *subscription) claimMore(ctx context.Context, h *held) (claimAt time.Time, drained bool) {
+	limit := sub.batchSize - len(h.out)
+	rows, leaseEnd, err := sub.claim(ctx, h.settled, limit)
+	// Applied with the claim, or on their own when it failed.
+	h.settled = nil
+	if err != nil {
+		sub.logger.Error("Claiming messages failed", err, nil)
+		return time.Now().Add(sub.retryInterval), false
 	}
-	for _, r := range h.rows[1:] {
-		h.settled = append(h.settled, settlement{row: r, action: giveBack})
+	if len(rows) > 0 {
+		h.rows, h.leaseEnd = rows, leaseEnd
 	}
-	h.rows = h.rows[:1]
-	sub.flush(h)
+	return sub.nextClaim(len(rows), limit), len(rows) < limit
 }
 
-// deliver hands h.rows[0]'s message to the consumer and waits for its ack or
-// nack. taken is false when the consumer did not take the message within the
-// lease slack, or the subscription stopped.
-//
-// While it waits, a heartbeat renews the lease of every row h holds (and
-// applies what h has settled) whenever the lease is a third of the deadline
-// old, so another subscriber never gets a message whose handler is still at
-// work. It stops renewing while the handler is past the deadline of its
-// attempt (broker.StartAttempt, which the Timeout middleware calls), and
-// gives the rest of the batch back: the lease then runs out and the message
-// goes to another subscriber. When the lease ends (renewals stopped or
-// failed) or is lost (the row was claimed by another subscriber), the
-// message's context is cancelled and deliver returns without a settlement.
-// While a handler runs longer than the lease slack, what the batch settled
-// before it is applied.
-func (sub *subscription) deliver(ctx context.Context, h *held) (_ settlement, taken bool) {
-	r := h.rows[0]
-	// A subscription that stops (shutdown stops intake first) does not cut
-	// the handler short: a handler finishing then must still settle what it
-	// has done. Only Close or the end of the lease does.
-	msgCtx, cancel := context.WithCancel(sub.msgBase)
-	defer cancel() // the message's context ends with its settlement
-	msgCtx, clock := broker.WithAttemptClock(msgCtx)
-	r.msg.SetContext(msgCtx)
-	// Taken later, the message would have less than its time.
-	timer := sub.timer
-	defer timer.Stop()
-	timer.Reset(time.Until(h.leaseEnd.Add(-(sub.deadline - sub.leaseSlack()))))
-	select {
-	case sub.out <- r.msg:
-	case <-timer.C:
-		return settlement{}, false
-	case <-ctx.Done():
-		return settlement{}, false
+// nextClaim is when a subscription whose last claim got got of limit rows
+// may claim more while messages are out: at once after a full claim, a poll
+// interval later after a short one (the queue was drained then), as an idle
+// subscription polls; meanwhile the batch's settlements gather for one
+// statement.
+func (sub *subscription) nextClaim(got, limit int) time.Time {
+	if got < limit {
+		return time.Now().Add(sub.pollInterval)
 	}
+	return time.Time{}
+}
 
-	flushAt := time.Now().Add(sub.leaseSlack())
-	renewAt := h.leaseEnd.Add(-sub.deadline + sub.renewalAge())
-	overdue := false
-	lost := false
-wait:
-	for {
-		next := earliest(h.leaseEnd, renewAt)
-		if !flushAt.IsZero() {
-			next = earliest(next, flushAt)
-		}
-		timer.Reset(time.Until(next))
-		select {
-		case <-r.msg.Acked():
-			break wait
-		case <-r.msg.Nacked():
-			break wait
-		case <-msgCtx.Done():
-			break wait
-		case now := <-timer.C:
-			if !now.Before(h.leaseEnd) {
-				break wait
-			}
-			if !flushAt.IsZero() && !now.Before(flushAt) {
-				flushAt = time.Time{}
-				if len(h.settled) > 0 {
-					sub.flush(h)
-				}
-			}
-			if now.Before(renewAt) {
-				continue
-			}
-			if clock.Overdue(now) {
-				if !overdue {
-					overdue = true
-					sub.logger.Info("Handler past its deadline: its message's lease is no longer renewed, it will be delivered again",
-						watermill.LogFields{"message_uuid": r.msg.UUID, "lease_end": h.leaseEnd})
-					sub.giveBackRest(h)
-				}
-				// Checked again: a handler that returns late, or the
-				// policy's next attempt, renews again while it can.
-				renewAt = now.Add(sub.deadline / 10)
-				continue
-			}
-			overdue = false
-			ok, kept := sub.renew(h, r.offset)
-			if !kept {
-				lost = true
-				break wait
-			}
-			if !ok {
-				renewAt = now.Add(sub.deadline / 10)
-				continue
-			}
-			renewAt = h.leaseEnd.Add(-sub.deadline + sub.renewalAge())
+// oldestLease is the earliest end of the leases the heartbeat renews: of
+// h's rows not handed out and its deliveries whose handler is not overdue;
+// zero when there is none.
+func (sub *subscription) oldestLease(h *held) time.Time {
+	var t time.Time
+	if len(h.rows) > 0 {
+		t = h.leaseEnd
+	}
+	for _, d := range h.out {
+		if !d.overdue && !d.ended {
+			t = earliestSet(t, d.leaseEnd)
 		}
 	}
-	// An ack or nack that came with the end of the context still counts.
-	if !lost {
-		select {
-		case <-r.msg.Acked():
-			return settlement{row: r, action: ack}, true
-		case <-r.msg.Nacked():
-			// The delay is read from the message, where the retry middleware
-			// set it before nacking.
-			n := nackOf(r.msg)
-			delay := sub.redeliveryDelay
-			if n.requested {
-				delay = n.delay
-			}
-			return settlement{row: r, action: nackIt, delay: delay}, true
-		default:
-		}
+	return t
+}
+
+// latest is the later of a and b.
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
 	}
-	cancel()
+	return a
+}
+
+// earliestSet is the earlier of a and b, ignoring either when zero.
+func earliestSet(a, b time.Time) time.Time {
 	switch {
-	case lost:
-		// Logged by renew; the row is another subscriber's now.
-	case sub.closing.Err() != nil:
-		// Close: the row goes back at once.
-		return settlement{row: r, action: release}, true
-	default:
-		// The lease has ended, the row is anyone's again.
-		sub.logger.Info("Message not acked or nacked before its lease ended; it will be delivered again",
-			watermill.LogFields{"message_uuid": r.msg.UUID, "ack_deadline": sub.deadline, "handler_overdue": overdue})
+	case a.IsZero():
+		return b
+	case b.IsZero():
+		return a
 	}
-	return settlement{row: r}, true
+	return earliest(a, b)
 }
 
 func earliest(a, b time.Time) time.Time {

@@ -1,0 +1,24 @@
+package postgres
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// TraceConsuming replaces p's consuming pool, before it has a subscription,
+// with one whose connections report every statement to tracer: a test sees
+// which claims and settlements a subscription sends.
+func TraceConsuming(t testing.TB, p *PubSub, tracer pgx.QueryTracer) {
+	t.Helper()
+	cfg := p.consumePool.Config()
+	cfg.ConnConfig.Tracer = tracer
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("traced consuming pool: %v", err)
+	}
+	p.consumePool.Close()
+	p.consumePool = pool
+}
