@@ -112,8 +112,7 @@ func (b *batchReader) Next(ctx context.Context, limit int, wait time.Duration) (
 			b.mu.Unlock()
 			return nil, fmt.Errorf("postgres: read %s in batches: the reader is closed", b.sub.topic)
 		}
-		b.sub.batchSize = limit
-		rows, leaseEnd, err := b.sub.claim(ctx, nil)
+		rows, leaseEnd, err := b.sub.claim(ctx, nil, limit)
 		if err == nil && len(rows) > 0 {
 			b.held = append(b.held, rows...)
 			// The rows held before are renewed no later than these.
