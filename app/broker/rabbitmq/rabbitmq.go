@@ -504,6 +504,10 @@ func concurrency(ctx context.Context, prefetch int, ordered bool) int {
 func (p *PubSub) consumeConcurrently(ctx context.Context, src source, deliveries <-chan amqp.Delivery, out chan<- *message.Message, gone *closeWatch, n int) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	src.acks = newAcker(src.ch.Ack)
+	// After every delivery is settled: what is due goes out before the
+	// channel closes.
+	defer func() { _ = src.acks.close() }()
 	var (
 		running sync.WaitGroup
 		once    sync.Once
@@ -588,6 +592,25 @@ type source struct {
 	ordered  bool
 	ch       *amqp.Channel
 	prefetch int
+	// acks coalesces the acks of concurrent deliveries (acker); nil when
+	// one delivery is handled at a time, each acked on its own.
+	acks *acker
+}
+
+// ack acks d: through the acker when there is one.
+func (src source) ack(d amqp.Delivery) error {
+	if src.acks != nil {
+		src.acks.ack(d.DeliveryTag)
+		return nil
+	}
+	return d.Ack(false)
+}
+
+// settled tells the acker that d was settled by a frame of its own, written.
+func (src source) settled(d amqp.Delivery) {
+	if src.acks != nil {
+		src.acks.settled(d.DeliveryTag)
+	}
 }
 
 // ackBarrier returns once the broker has processed every ack sent before on
@@ -609,7 +632,9 @@ func (p *PubSub) deliver(ctx context.Context, src source, d amqp.Delivery, out c
 	msg, err := p.marshaler.Unmarshal(d)
 	if err != nil {
 		// Unreachable with Marshaler; requeueing would loop, so refuse.
-		_ = d.Nack(false, false)
+		if d.Nack(false, false) == nil {
+			src.settled(d)
+		}
 		return nil
 	}
 	if d.Redelivered {
@@ -623,6 +648,9 @@ func (p *PubSub) deliver(ctx context.Context, src source, d amqp.Delivery, out c
 	if d.Redelivered && src.typ != QueueQuorum {
 		if !src.ordered {
 			if done, err := p.recount(ctx, src, d, msg); done || err != nil {
+				if done && err == nil {
+					src.settled(d)
+				}
 				return err
 			}
 		} else if n, ok := p.countCrash(ctx, src, d, msg); ok {
@@ -650,7 +678,7 @@ func (p *PubSub) deliver(ctx context.Context, src source, d amqp.Delivery, out c
 	// still be able to ack what it has done. Only Close cuts it short.
 	select {
 	case <-msg.Acked():
-		if err := d.Ack(false); err != nil {
+		if err := src.ack(d); err != nil {
 			return fmt.Errorf("ack %s: %w", msg.UUID, err)
 		}
 		if ledgered {
@@ -686,6 +714,7 @@ func (p *PubSub) settleNack(ctx context.Context, src source, d amqp.Delivery, ms
 				// the channel closes: a duplicate, which consumers absorb.
 				return fmt.Errorf("ack %s after its counted redelivery: %w", msg.UUID, err)
 			}
+			src.settled(d)
 			if ledgered {
 				p.forgetCrashes(src, d, msg)
 			}
@@ -697,6 +726,7 @@ func (p *PubSub) settleNack(ctx context.Context, src source, d amqp.Delivery, ms
 	if err := d.Nack(false, true); err != nil {
 		return fmt.Errorf("nack %s: %w", msg.UUID, err)
 	}
+	src.settled(d)
 	return nil
 }
 

@@ -1,0 +1,90 @@
+package rabbitmq
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// frames records the ack frames an acker sends.
+type frames struct {
+	mu   sync.Mutex
+	sent []string
+	gate chan struct{} // when set, each send waits for it
+}
+
+func (f *frames) send(tag uint64, multiple bool) error {
+	if f.gate != nil {
+		<-f.gate
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sent = append(f.sent, fmt.Sprintf("%d%s", tag, map[bool]string{true: "+", false: ""}[multiple]))
+	return nil
+}
+
+func (f *frames) get() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.sent...)
+}
+
+// flushed waits until the acker has nothing due.
+func flushed(t *testing.T, a *acker) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return len(a.due) == 0
+	}, 5*time.Second, time.Millisecond)
+}
+
+// Acks that are due together go out as one multiple ack of the highest
+// tag of the settled run from the lowest unsettled tag; an ack behind a tag
+// still unsettled goes out on its own at once; a tag settled by a frame of
+// its own (a nack) lets the run pass it but never closes a multiple ack, and
+// a tag not reported stops the run.
+func TestAckerCoalescesSettledRuns(t *testing.T) {
+	t.Parallel()
+	f := &frames{gate: make(chan struct{})}
+	a := newAcker(f.send)
+
+	// 1 goes out at once; 2..5 arrive while its frame is being written.
+	a.ack(1)
+	time.Sleep(10 * time.Millisecond)
+	for tag := uint64(2); tag <= 5; tag++ {
+		a.ack(tag)
+	}
+	f.gate <- struct{}{} // frame 1
+	f.gate <- struct{}{} // frame 2..5
+	close(f.gate)
+	flushed(t, a)
+	assert.Equal(t, []string{"1", "5+"}, f.get())
+
+	// 6 is still being handled: 7 and 8 cannot join a multiple ack.
+	a.ack(7)
+	a.ack(8)
+	flushed(t, a)
+	got := f.get()[2:]
+	assert.ElementsMatch(t, []string{"7", "8"}, got, "acked on their own, not held behind 6")
+
+	// 6 is nacked (its own frame): the run passes it, 7 and 8 are settled
+	// already, so 9 closes a run 6..9 whose only due ack is 9's.
+	a.settled(6)
+	a.ack(9)
+	flushed(t, a)
+	assert.Equal(t, "9+", f.get()[4])
+
+	// 10 is never reported: 11 and 12 go out alone, never as 12+ (which
+	// would ack 10 as well).
+	a.ack(11)
+	flushed(t, a)
+	a.ack(12)
+	flushed(t, a)
+	assert.Equal(t, []string{"11", "12"}, f.get()[5:])
+	require.NoError(t, a.close())
+}
