@@ -35,7 +35,8 @@ type acker struct {
 	// due are acks not sent yet; done are tags settled otherwise or acked
 	// on their own, above low.
 	due, done map[uint64]struct{}
-	err       error
+	// err is the first send's failure; nothing is sent after it.
+	err error
 
 	wake    chan struct{}
 	stopped chan struct{}
@@ -72,13 +73,12 @@ func (a *acker) settled(tag uint64) {
 	}
 }
 
-// close sends what is due and stops; it returns the first send error.
-func (a *acker) close() error {
+// close sends what is due and stops. A send that failed stopped the
+// sending: the channel is gone, and the broker gives back what it had not
+// acked.
+func (a *acker) close() {
 	close(a.stop)
 	<-a.stopped
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.err
 }
 
 func (a *acker) run() {

@@ -39,7 +39,6 @@
 package rabbitmq
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -502,22 +501,16 @@ func concurrency(ctx context.Context, prefetch int, ordered bool) int {
 // ack what it has done, and what is left unsettled returns to the queue when
 // the channel closes.
 func (p *PubSub) consumeConcurrently(ctx context.Context, src source, deliveries <-chan amqp.Delivery, out chan<- *message.Message, gone *closeWatch, n int) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// The first delivery that must stop the subscription cancels the rest,
+	// and its error is the subscription's (context.Cause).
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
 	src.acks = newAcker(src.ch.Ack)
 	// After every delivery is settled: what is due goes out before the
 	// channel closes.
-	defer func() { _ = src.acks.close() }()
-	var (
-		running sync.WaitGroup
-		once    sync.Once
-		failed  error
-	)
+	defer src.acks.close()
+	var running sync.WaitGroup
 	defer running.Wait()
-	stop := func(err error) {
-		once.Do(func() { failed = err })
-		cancel()
-	}
 	slots := make(chan struct{}, n)
 	for {
 		select {
@@ -525,8 +518,7 @@ func (p *PubSub) consumeConcurrently(ctx context.Context, src source, deliveries
 		case <-gone.done:
 			return gone.err
 		case <-ctx.Done():
-			running.Wait()
-			return cmp.Or(failed, ctx.Err())
+			return context.Cause(ctx)
 		}
 		select {
 		case d, ok := <-deliveries:
@@ -544,8 +536,7 @@ func (p *PubSub) consumeConcurrently(ctx context.Context, src source, deliveries
 		case <-gone.done:
 			return gone.err
 		case <-ctx.Done():
-			running.Wait()
-			return cmp.Or(failed, ctx.Err())
+			return context.Cause(ctx)
 		}
 	}
 }
