@@ -20,7 +20,9 @@ type concurrencyKey struct{}
 // whatever n says.
 //
 // A subscription started without it hands out one message at a time, the
-// next once that one is settled, as a Watermill subscriber does.
+// next once that one is settled, as a Watermill subscriber does — except on
+// SQS, which hands out every message of its receives' batches at once
+// either way (a smaller n bounds it).
 func WithConcurrency(ctx context.Context, n int) context.Context {
 	return context.WithValue(ctx, concurrencyKey{}, max(n, 0))
 }
@@ -31,6 +33,21 @@ func WithConcurrency(ctx context.Context, n int) context.Context {
 func ConcurrencyFrom(ctx context.Context) (n int, ok bool) {
 	n, ok = ctx.Value(concurrencyKey{}).(int)
 	return n, ok
+}
+
+// ConcurrencyWithin is the concurrency of a subscription started with ctx
+// on an adapter that holds at most bound messages unsettled (a prefetch, a
+// claim batch): 1 when ctx asks for none, bound when it asks for 0 or more
+// than bound, else what it asks for.
+func ConcurrencyWithin(ctx context.Context, bound int) int {
+	n, ok := ConcurrencyFrom(ctx)
+	switch {
+	case !ok:
+		return 1
+	case n == 0 || n > bound:
+		return bound
+	}
+	return n
 }
 
 // Concurrently returns sub whose every Subscribe asks for n messages in

@@ -36,13 +36,17 @@ func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.M
 	}
 
 	sub := &subscription{
-		topic:           topic,
-		schema:          p.schema,
-		claimSQL:        p.schema.claimSQL(topic, p.cfg.OrderedQueues[topic]),
-		settleSQL:       p.schema.settleSQL(topic),
-		pool:            p.consumePool,
-		batchSize:       p.cfg.batchSizeOf(topic),
-		concurrency:     concurrencyOf(ctx, p.cfg.batchSizeOf(topic)),
+		topic:     topic,
+		schema:    p.schema,
+		claimSQL:  p.schema.claimSQL(topic, p.cfg.OrderedQueues[topic]),
+		settleSQL: p.schema.settleSQL(topic),
+		pool:      p.consumePool,
+		batchSize: p.cfg.batchSizeOf(topic),
+		// At most the rows of one claim. An ordered queue needs no bound of
+		// its own: a claim holds at most one row of each group (the head;
+		// see claimSQL), and a group's next row is claimable only once its
+		// head is settled.
+		concurrency:     broker.ConcurrencyWithin(ctx, p.cfg.batchSizeOf(topic)),
 		deadline:        p.cfg.ackDeadlineOf(topic),
 		pollInterval:    p.cfg.PollInterval,
 		retryInterval:   p.cfg.RetryInterval,
@@ -69,24 +73,6 @@ func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.M
 		sub.run(ctx)
 	}()
 	return sub.out, nil
-}
-
-// concurrencyOf is how many messages a subscription started with ctx
-// hands out before the first of them is settled: one unless ctx asks for
-// more (broker.WithConcurrency), at most the rows of one claim (0 asks for
-// that many). An ordered queue needs no bound of its own: a claim holds at
-// most one row of each group (the head; see claimSQL), so its messages are
-// of different groups, and a group's next row is claimable only once its
-// head is settled.
-func concurrencyOf(ctx context.Context, batch int) int {
-	n, ok := broker.ConcurrencyFrom(ctx)
-	switch {
-	case !ok:
-		return 1
-	case n == 0 || n > batch:
-		return batch
-	}
-	return n
 }
 
 func (p *PubSub) forget(sub *subscription) {
@@ -125,7 +111,7 @@ type subscription struct {
 	// timer serves every claim's work in turn.
 	timer *time.Timer
 	// concurrency is how many messages are handed out unsettled at once:
-	// concurrencyOf the subscription's context.
+	// broker.ConcurrencyWithin of the subscription's context.
 	concurrency int
 }
 

@@ -459,7 +459,8 @@ func (p *PubSub) consumeOnce(ctx context.Context, topic string, out chan<- *mess
 		return false, fmt.Errorf("consume: %w", err)
 	}
 	gone := watchClose(closed)
-	if n := concurrency(ctx, prefetch, isOrdered); n > 1 {
+	// An ordered queue is handled one message at a time (prefetch 1).
+	if n := broker.ConcurrencyWithin(ctx, prefetch); n > 1 {
 		return true, p.consumeConcurrently(ctx, src, deliveries, out, gone, n)
 	}
 	for {
@@ -477,21 +478,6 @@ func (p *PubSub) consumeOnce(ctx context.Context, topic string, out chan<- *mess
 			return true, ctx.Err()
 		}
 	}
-}
-
-// concurrency is how many deliveries of a queue consumed with prefetch are
-// handled at once: 1 unless the subscriber asked for more
-// (broker.WithConcurrency), never more than the prefetch (the broker would
-// not hand out more; 0 asks for that many), and 1 on an ordered queue.
-func concurrency(ctx context.Context, prefetch int, ordered bool) int {
-	n, ok := broker.ConcurrencyFrom(ctx)
-	switch {
-	case ordered || !ok:
-		return 1
-	case n == 0 || n > prefetch:
-		return prefetch
-	}
-	return n
 }
 
 // consumeConcurrently hands up to n deliveries to the subscriber at once,
