@@ -14,11 +14,13 @@ import (
 type frames struct {
 	mu   sync.Mutex
 	sent []string
-	gate chan struct{} // when set, each send waits for it
+	// When gate is set, each send says so on entered, then waits for gate.
+	gate, entered chan struct{}
 }
 
 func (f *frames) send(tag uint64, multiple bool) error {
 	if f.gate != nil {
+		f.entered <- struct{}{}
 		<-f.gate
 	}
 	f.mu.Lock()
@@ -33,14 +35,13 @@ func (f *frames) get() []string {
 	return append([]string(nil), f.sent...)
 }
 
-// flushed waits until the acker has nothing due.
-func flushed(t *testing.T, a *acker) {
+// sent waits until n frames were sent, and returns them.
+func (f *frames) wait(t *testing.T, n int) []string {
 	t.Helper()
-	require.Eventually(t, func() bool {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		return len(a.due) == 0
-	}, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return len(f.get()) >= n }, 5*time.Second, time.Millisecond)
+	got := f.get()
+	require.Len(t, got, n)
+	return got
 }
 
 // Acks that are due together go out as one multiple ack of the highest
@@ -50,41 +51,37 @@ func flushed(t *testing.T, a *acker) {
 // a tag not reported stops the run.
 func TestAckerCoalescesSettledRuns(t *testing.T) {
 	t.Parallel()
-	f := &frames{gate: make(chan struct{})}
+	f := &frames{gate: make(chan struct{}), entered: make(chan struct{}, 1)}
 	a := newAcker(f.send)
 
 	// 1 goes out at once; 2..5 arrive while its frame is being written.
 	a.ack(1)
-	time.Sleep(10 * time.Millisecond)
+	<-f.entered
 	for tag := uint64(2); tag <= 5; tag++ {
 		a.ack(tag)
 	}
 	f.gate <- struct{}{} // frame 1
+	<-f.entered
 	f.gate <- struct{}{} // frame 2..5
-	close(f.gate)
-	flushed(t, a)
-	assert.Equal(t, []string{"1", "5+"}, f.get())
+	f.gate = nil         // the acker is idle: no send runs now
+	assert.Equal(t, []string{"1", "5+"}, f.wait(t, 2))
 
 	// 6 is still being handled: 7 and 8 cannot join a multiple ack.
 	a.ack(7)
 	a.ack(8)
-	flushed(t, a)
-	got := f.get()[2:]
-	assert.ElementsMatch(t, []string{"7", "8"}, got, "acked on their own, not held behind 6")
+	assert.ElementsMatch(t, []string{"7", "8"}, f.wait(t, 4)[2:], "acked on their own, not held behind 6")
 
 	// 6 is nacked (its own frame): the run passes it, 7 and 8 are settled
 	// already, so 9 closes a run 6..9 whose only due ack is 9's.
 	a.settled(6)
 	a.ack(9)
-	flushed(t, a)
-	assert.Equal(t, "9+", f.get()[4])
+	assert.Equal(t, "9+", f.wait(t, 5)[4])
 
 	// 10 is never reported: 11 and 12 go out alone, never as 12+ (which
 	// would ack 10 as well).
 	a.ack(11)
-	flushed(t, a)
+	f.wait(t, 6)
 	a.ack(12)
-	flushed(t, a)
-	assert.Equal(t, []string{"11", "12"}, f.get()[5:])
+	assert.Equal(t, []string{"11", "12"}, f.wait(t, 7)[5:])
 	a.close()
 }
