@@ -248,7 +248,12 @@ func testRedriveInBatches(t *testing.T, kind string) {
 	done, err := app.Redrive(ctx, ps, pub, dlq, app.RedriveOptions{Max: 150, Idle: 3 * time.Second})
 	require.NoError(t, err)
 	assert.Len(t, done, 150)
-	assert.Equal(t, 2, pub.calls, "batches of 100, not a publish per message")
+	// Two batches of 100 and 50, or a few more when a batch's next delivery
+	// came later than the reader's fill window (20 ms; seen under -race on
+	// two loaded cores) — never anywhere near a publish per message.
+	assert.GreaterOrEqual(t, pub.calls, 2, "at most 100 a batch")
+	assert.LessOrEqual(t, pub.calls, 4, "batches of 100, not a publish per message")
+	first := pub.calls
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		peek, err := app.PeekDeadLetters(ctx, ps, dlq, 1000)
 		if assert.NoError(c, err) {
@@ -261,7 +266,7 @@ func testRedriveInBatches(t *testing.T, kind string) {
 	require.NoError(t, err)
 	assert.Len(t, done, n-150)
 	assert.Equal(t, n-150, progress)
-	assert.Equal(t, 3, pub.calls)
+	assert.LessOrEqual(t, pub.calls-first, 2, "the 100 left in batches")
 
 	subCtx, stop := context.WithCancel(ctx)
 	defer stop()
