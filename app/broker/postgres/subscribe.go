@@ -168,6 +168,11 @@ func (sub *subscription) run(ctx context.Context) {
 	}
 }
 
+// asyncCommit lets the commit of the transaction it runs in (a batch's
+// implicit one) return before its WAL is flushed: synchronous_commit off,
+// for that transaction only.
+const asyncCommit = "SET LOCAL synchronous_commit = off"
+
 // claim applies pending and claims up to limit rows, in offset order,
 // and returns when their lease ends by this clock. Both statements go in one
 // round trip and commit together (a pgx batch is one implicit transaction),
@@ -184,6 +189,12 @@ func (sub *subscription) claim(ctx context.Context, pending []settlement, limit 
 		b       pgx.Batch
 		claimed []claimedRow
 	)
+	// The batch's commit does not wait for its WAL to reach the disk
+	// (decision 0039): it only counts attempts, leases rows and settles
+	// handled ones, and what a database crash could take back of it is a
+	// settlement or a count, never a message — a row comes back and is
+	// delivered again. Publishing and the handlers' effects stay durable.
+	b.Queue(asyncCommit)
 	if len(pending) > 0 {
 		b.Queue(sub.settleSQL, settleArgs(pending)...)
 	}
