@@ -8,9 +8,11 @@ import (
 // AMQP's multiple acks: an ack of tag T with multiple set settles every
 // delivery up to T that is still unsettled, so a run of handlers finishing
 // together costs the channel one frame (and the broker one settlement pass)
-// instead of one each. It sends from a goroutine of its own, as soon as it
-// is told; what arrives while it sends goes out in the next frame, so an ack
-// never waits for a timer, only for the frame before it (group commit).
+// instead of one each. The first ack to arrive while no frame is being
+// written sends it, on its caller's goroutine; what arrives while it sends
+// goes out in the next frame, sent by that same caller before it returns, so
+// an ack never waits for a timer, only for the frame before it (group
+// commit), and no goroutine has to be woken for it.
 //
 // Only a tag whose own ack is due may close a multiple ack, and only across
 // tags that are settled: acked through it, or settled otherwise — nacked,
@@ -37,30 +39,32 @@ type acker struct {
 	due, done map[uint64]struct{}
 	// err is the first send's failure; nothing is sent after it.
 	err error
-
-	wake    chan struct{}
-	stopped chan struct{}
-	stop    chan struct{}
+	// sending: a caller is writing frames (drain); others only leave their
+	// acks due. idle is signalled when it stops.
+	sending bool
+	idle    *sync.Cond
 }
 
 func newAcker(send func(tag uint64, multiple bool) error) *acker {
-	a := &acker{send: send, low: 1, due: map[uint64]struct{}{}, done: map[uint64]struct{}{},
-		wake: make(chan struct{}, 1), stopped: make(chan struct{}), stop: make(chan struct{})}
-	go a.run()
+	a := &acker{send: send, low: 1, due: map[uint64]struct{}{}, done: map[uint64]struct{}{}}
+	a.idle = sync.NewCond(&a.mu)
 	return a
 }
 
-// ack asks for tag to be acked. It does not wait: a failure to send means
-// the channel is gone, which its subscription learns on its own (the
-// broker then gives the message back).
+// ack asks for tag to be acked: it sends the frame itself, with every ack
+// that comes due meanwhile, unless another caller is sending, which then
+// sends this one too. A failure to send means the channel is gone, which its
+// subscription learns on its own (the broker then gives the message back).
 func (a *acker) ack(tag uint64) {
 	a.mu.Lock()
 	a.due[tag] = struct{}{}
-	a.mu.Unlock()
-	select {
-	case a.wake <- struct{}{}:
-	default:
+	if a.sending {
+		a.mu.Unlock()
+		return
 	}
+	a.sending = true
+	a.mu.Unlock()
+	a.drain()
 }
 
 // settled records that tag was settled by a frame of its own, already
@@ -73,24 +77,32 @@ func (a *acker) settled(tag uint64) {
 	}
 }
 
-// close sends what is due and stops. A send that failed stopped the
-// sending: the channel is gone, and the broker gives back what it had not
-// acked.
+// close returns once nothing due is left unsent: it waits for a caller
+// still sending, then sends what is due itself. A send that failed stopped
+// the sending: the channel is gone, and the broker gives back what it had
+// not acked.
 func (a *acker) close() {
-	close(a.stop)
-	<-a.stopped
+	a.mu.Lock()
+	for a.sending {
+		a.idle.Wait()
+	}
+	a.sending = true
+	a.mu.Unlock()
+	a.drain()
 }
 
-func (a *acker) run() {
-	defer close(a.stopped)
+// drain sends frames until nothing is due. Its caller set sending.
+func (a *acker) drain() {
 	for {
-		select {
-		case <-a.wake:
-			a.flush()
-		case <-a.stop:
-			a.flush()
+		a.flush()
+		a.mu.Lock()
+		if a.err != nil || len(a.due) == 0 {
+			a.sending = false
+			a.idle.Broadcast()
+			a.mu.Unlock()
 			return
 		}
+		a.mu.Unlock()
 	}
 }
 

@@ -54,8 +54,9 @@ func TestAckerCoalescesSettledRuns(t *testing.T) {
 	f := &frames{gate: make(chan struct{}), entered: make(chan struct{}, 1)}
 	a := newAcker(f.send)
 
-	// 1 goes out at once; 2..5 arrive while its frame is being written.
-	a.ack(1)
+	// 1 goes out at once, written by its caller; 2..5 arrive while its
+	// frame is being written, and return at once: 1's caller sends them.
+	go a.ack(1)
 	<-f.entered
 	for tag := uint64(2); tag <= 5; tag++ {
 		a.ack(tag)
