@@ -309,14 +309,17 @@ func postgresCluster() (string, error) {
 	return entries[0].Name(), nil
 }
 
-// restartPostgres restarts the cluster (fast shutdown: every session ends,
-// open transactions roll back).
+// restartPostgres crashes the cluster and starts it again: an immediate
+// shutdown, as a power cut or an OOM kill, so the WAL not yet flushed is
+// lost — what an asynchronous commit (the Postgres broker's claims and
+// settlements, decision 0039) may lose — and every session ends, open
+// transactions roll back, the restart replays the WAL.
 func restartPostgres(ctx context.Context) error {
 	v, err := postgresCluster()
 	if err != nil {
 		return err
 	}
-	if err := runCmd(ctx, "pg_ctlcluster", "--skip-systemctl-redirect", v, "main", "restart"); err != nil {
+	if err := runCmd(ctx, "pg_ctlcluster", "--skip-systemctl-redirect", "--mode", "immediate", v, "main", "restart"); err != nil {
 		return err
 	}
 	return waitPort(ctx, "5432", 2*time.Minute)
