@@ -55,6 +55,12 @@ type Beginner interface {
 // decides), else a new transaction on pool. fn's ctx carries the transaction
 // (WithTx), so the stores fn calls write in it too. Any error, or a panic,
 // rolls back.
+//
+// A new transaction on a pool that hands out connections (an Acquirer, as
+// *pgxpool.Pool is) is a PipelinedTx: BEGIN goes with fn's first statement,
+// and what fn holds back with ExecAtCommit goes with COMMIT, so a failure of
+// those is returned as InTx's commit error. Any other pool begins its own
+// transaction.
 func InTx(ctx context.Context, pool Beginner, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	var (
 		tx  pgx.Tx
@@ -62,6 +68,8 @@ func InTx(ctx context.Context, pool Beginner, fn func(ctx context.Context, tx pg
 	)
 	if outer, ok := From(ctx); ok {
 		tx, err = outer.Begin(ctx)
+	} else if a, ok := pool.(Acquirer); ok {
+		tx, err = BeginPipelined(ctx, a)
 	} else {
 		tx, err = pool.Begin(ctx)
 	}
