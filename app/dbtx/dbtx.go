@@ -2,7 +2,8 @@
 // a store called from inside an effect (the inbox's Process, a handler's own
 // repository) writes in the same transaction as the effect instead of
 // committing on its own — which is what makes "effect and dedupe marker commit
-// together" hold.
+// together" hold. A new transaction InTx begins on a pool is a PipelinedTx,
+// which spends fewer round trips than pgx's own (decision 0038).
 package dbtx
 
 import (
