@@ -240,9 +240,8 @@ func (t *PipelinedTx) Rollback(ctx context.Context) error {
 		return nil
 	}
 	if s.broken != nil {
-		// Whether BEGIN took effect is unknown: the connection must not go
-		// back to the pool.
-		_ = s.conn.Conn().Close(ctx)
+		// BEGIN failed: a connection on which it took effect after all is
+		// not idle (or was closed by pgx), and release destroys it.
 		return nil
 	}
 	if _, err := s.conn.Exec(ctx, "rollback"); err != nil {
@@ -280,6 +279,8 @@ func (t *PipelinedTx) endSavepoint(ctx context.Context, verb string) error {
 }
 
 // release gives the connection back once the outermost transaction ended.
+// The pool destroys it unless it is open, idle and not busy, so a connection
+// whose state is unknown never serves another transaction.
 func (s *session) release() {
 	s.closed = true
 	s.atCommit = nil
