@@ -108,29 +108,45 @@ func TestPostgresJoinsTheCallersTransaction(t *testing.T) {
 
 func TestPostgresMarkTx(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	s, effects := newEffects(t)
+	for _, b := range []struct {
+		name  string
+		begin func(ctx context.Context, pool *pgxpool.Pool) (pgx.Tx, error)
+	}{
+		{"pgx transaction", func(ctx context.Context, pool *pgxpool.Pool) (pgx.Tx, error) { return pool.Begin(ctx) }},
+		{"dbtx transaction", func(ctx context.Context, pool *pgxpool.Pool) (pgx.Tx, error) {
+			return dbtx.BeginPipelined(ctx, pool)
+		}},
+	} {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			s, effects := newEffects(t)
 
-	mark := func(commit bool) bool {
-		tx, err := effects.pool.Begin(ctx)
-		require.NoError(t, err)
-		defer func() { _ = tx.Rollback(ctx) }()
-		fresh, err := s.MarkTx(ctx, tx, "c", "m1")
-		require.NoError(t, err)
-		if commit {
-			require.NoError(t, tx.Commit(ctx))
-		}
-		return fresh
+			mark := func(commit bool) bool {
+				tx, err := b.begin(ctx, effects.pool)
+				require.NoError(t, err)
+				defer func() { _ = tx.Rollback(ctx) }()
+				fresh, err := s.MarkTx(ctx, tx, "c", "m1")
+				require.NoError(t, err)
+				if commit {
+					require.NoError(t, tx.Commit(ctx))
+				}
+				return fresh
+			}
+			assert.True(t, mark(false), "first mark")
+			assert.True(t, mark(true), "a rolled-back mark does not count")
+			assert.False(t, mark(false), "committed mark")
+			seen, err := s.Seen(ctx, "c", "m1")
+			require.NoError(t, err)
+			assert.True(t, seen)
+
+			tx, err := b.begin(ctx, effects.pool)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
+			_, err = s.MarkTx(ctx, tx, "c", "")
+			assert.Equal(t, failure.Permanent, failure.Of(err))
+		})
 	}
-	assert.True(t, mark(false), "first mark")
-	assert.True(t, mark(true), "a rolled-back mark does not count")
-	assert.False(t, mark(false), "committed mark")
-
-	tx, err := effects.pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = s.MarkTx(ctx, tx, "c", "")
-	assert.Equal(t, failure.Permanent, failure.Of(err))
 }
 
 func TestNewPostgresRejectsABadSchema(t *testing.T) {
