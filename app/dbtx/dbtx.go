@@ -2,7 +2,8 @@
 // a store called from inside an effect (the inbox's Process, a handler's own
 // repository) writes in the same transaction as the effect instead of
 // committing on its own — which is what makes "effect and dedupe marker commit
-// together" hold.
+// together" hold. A new transaction InTx begins on a pool is a PipelinedTx,
+// which spends fewer round trips than pgx's own (decision 0038).
 package dbtx
 
 import (
@@ -55,6 +56,12 @@ type Beginner interface {
 // decides), else a new transaction on pool. fn's ctx carries the transaction
 // (WithTx), so the stores fn calls write in it too. Any error, or a panic,
 // rolls back.
+//
+// A new transaction on a pool that hands out connections (an Acquirer, as
+// *pgxpool.Pool is) is a PipelinedTx: BEGIN goes with fn's first statement,
+// and what fn holds back with ExecAtCommit goes with COMMIT, so a failure of
+// those is returned as InTx's commit error. Any other pool begins its own
+// transaction.
 func InTx(ctx context.Context, pool Beginner, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	var (
 		tx  pgx.Tx
@@ -62,6 +69,8 @@ func InTx(ctx context.Context, pool Beginner, fn func(ctx context.Context, tx pg
 	)
 	if outer, ok := From(ctx); ok {
 		tx, err = outer.Begin(ctx)
+	} else if a, ok := pool.(Acquirer); ok {
+		tx, err = BeginPipelined(ctx, a)
 	} else {
 		tx, err = pool.Begin(ctx)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -107,29 +108,45 @@ func TestPostgresJoinsTheCallersTransaction(t *testing.T) {
 
 func TestPostgresMarkTx(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	s, effects := newEffects(t)
+	for _, b := range []struct {
+		name  string
+		begin func(ctx context.Context, pool *pgxpool.Pool) (pgx.Tx, error)
+	}{
+		{"pgx transaction", func(ctx context.Context, pool *pgxpool.Pool) (pgx.Tx, error) { return pool.Begin(ctx) }},
+		{"dbtx transaction", func(ctx context.Context, pool *pgxpool.Pool) (pgx.Tx, error) {
+			return dbtx.BeginPipelined(ctx, pool)
+		}},
+	} {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			s, effects := newEffects(t)
 
-	mark := func(commit bool) bool {
-		tx, err := effects.pool.Begin(ctx)
-		require.NoError(t, err)
-		defer func() { _ = tx.Rollback(ctx) }()
-		fresh, err := s.MarkTx(ctx, tx, "c", "m1")
-		require.NoError(t, err)
-		if commit {
-			require.NoError(t, tx.Commit(ctx))
-		}
-		return fresh
+			mark := func(commit bool) bool {
+				tx, err := b.begin(ctx, effects.pool)
+				require.NoError(t, err)
+				defer func() { _ = tx.Rollback(ctx) }()
+				fresh, err := s.MarkTx(ctx, tx, "c", "m1")
+				require.NoError(t, err)
+				if commit {
+					require.NoError(t, tx.Commit(ctx))
+				}
+				return fresh
+			}
+			assert.True(t, mark(false), "first mark")
+			assert.True(t, mark(true), "a rolled-back mark does not count")
+			assert.False(t, mark(false), "committed mark")
+			seen, err := s.Seen(ctx, "c", "m1")
+			require.NoError(t, err)
+			assert.True(t, seen)
+
+			tx, err := b.begin(ctx, effects.pool)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
+			_, err = s.MarkTx(ctx, tx, "c", "")
+			assert.Equal(t, failure.Permanent, failure.Of(err))
+		})
 	}
-	assert.True(t, mark(false), "first mark")
-	assert.True(t, mark(true), "a rolled-back mark does not count")
-	assert.False(t, mark(false), "committed mark")
-
-	tx, err := effects.pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = s.MarkTx(ctx, tx, "c", "")
-	assert.Equal(t, failure.Permanent, failure.Of(err))
 }
 
 func TestNewPostgresRejectsABadSchema(t *testing.T) {
@@ -159,4 +176,107 @@ func TestPostgresMarkerIsInTheEffectsTransaction(t *testing.T) {
 		return nil
 	}))
 	assert.Equal(t, 1, count(effects.pool), "committed with the effect")
+}
+
+func newTracedEffects(t *testing.T) (*inbox.Postgres, effectsTable, *dbtest.RoundTrips) {
+	t.Helper()
+	pool, schema, trips := dbtest.TracedSchema(t, 8)
+	s, err := inbox.NewPostgres(pool, schema)
+	require.NoError(t, err)
+	e := effectsTable{pool: pool, name: pgx.Identifier{schema, "effects"}.Sanitize()}
+	_, err = pool.Exec(context.Background(), `CREATE TABLE `+e.name+` (id text)`)
+	require.NoError(t, err)
+	trips.Reset()
+	return s, e, trips
+}
+
+// Process of a one-statement effect is three round trips: BEGIN with the
+// marker, the effect, COMMIT (pgx's own transaction spends four). The
+// marker is still sent before the effect runs: a duplicate is known first.
+func TestPostgresProcessRoundTrips(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		// outer wraps Process in the caller's transaction, if any.
+		outer func(ctx context.Context, pool *pgxpool.Pool, process func(ctx context.Context) error) error
+		want  int64
+	}{
+		{"own transaction", func(ctx context.Context, _ *pgxpool.Pool, process func(ctx context.Context) error) error {
+			return process(ctx)
+		}, 3},
+		// BEGIN, SAVEPOINT and the marker; the effect; RELEASE; COMMIT.
+		{"inside the caller's transaction", func(ctx context.Context, pool *pgxpool.Pool, process func(ctx context.Context) error) error {
+			return dbtx.InTx(ctx, pool, func(ctx context.Context, _ pgx.Tx) error { return process(ctx) })
+		}, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, effects, trips := newTracedEffects(t)
+			process := func(id string) func(ctx context.Context) error {
+				return func(ctx context.Context) error { return s.Process(ctx, "c", id, effects.insert(nil)) }
+			}
+			// The first run prepares the statements, a round trip pgx
+			// does not trace.
+			require.NoError(t, tc.outer(ctx, effects.pool, process("warm")))
+			trips.Reset()
+			require.NoError(t, tc.outer(ctx, effects.pool, process("counted")))
+			assert.Equal(t, tc.want, trips.Count())
+			assert.Equal(t, 2, effects.count(t))
+
+			trips.Reset()
+			err := tc.outer(ctx, effects.pool, func(ctx context.Context) error {
+				return s.Process(ctx, "c", "counted", func(context.Context) error {
+					return errors.New("a duplicate's effect ran")
+				})
+			})
+			assert.Equal(t, failure.Duplicate, failure.Of(err))
+			assert.Equal(t, 2, effects.count(t))
+		})
+	}
+}
+
+// Concurrent deliveries of one message whose effect writes a row: one
+// effect, every other delivery a duplicate (the second marker insert waits
+// on the first transaction's key).
+func TestPostgresConcurrentDuplicateProcess(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, effects := newEffects(t)
+	const deliveries = 6
+	errs := make([]error, deliveries)
+	var wg sync.WaitGroup
+	for i := range deliveries {
+		wg.Go(func() { errs[i] = s.Process(ctx, "c", "m1", effects.insert(nil)) })
+	}
+	wg.Wait()
+	var dups int
+	for _, err := range errs {
+		if failure.Of(err) == failure.Duplicate {
+			dups++
+		} else {
+			require.NoError(t, err)
+		}
+	}
+	assert.Equal(t, deliveries-1, dups)
+	assert.Equal(t, 1, effects.count(t))
+}
+
+// Process joins a caller's transaction whichever kind it is.
+func TestPostgresJoinsAPipelinedTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, effects := newEffects(t)
+	for _, commit := range []bool{false, true} {
+		tx, err := dbtx.BeginPipelined(ctx, effects.pool)
+		require.NoError(t, err)
+		require.NoError(t, s.Process(dbtx.WithTx(ctx, tx), "c", "m1", effects.insert(nil)))
+		if commit {
+			require.NoError(t, tx.Commit(ctx))
+		} else {
+			require.NoError(t, tx.Rollback(ctx))
+		}
+	}
+	assert.Equal(t, 1, effects.count(t))
+	assert.Equal(t, failure.Duplicate, failure.Of(s.Process(ctx, "c", "m1", effects.insert(nil))))
 }

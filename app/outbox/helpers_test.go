@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/eventpipe/eventpipe/app/dbtx"
 	"github.com/eventpipe/eventpipe/app/dbtx/dbtest"
 	"github.com/eventpipe/eventpipe/app/failure"
 	"github.com/eventpipe/eventpipe/app/outbox"
@@ -34,15 +35,13 @@ func newEnv(t *testing.T) env {
 
 func (e env) q(name string) string { return pgx.Identifier{e.schema, name}.Sanitize() }
 
-// write commits msgs for topic in one transaction.
+// write commits msgs for topic in one transaction, as a handler does
+// (dbtx.InTx: the rows go with the COMMIT).
 func (e env) write(t *testing.T, topic string, msgs ...*message.Message) {
 	t.Helper()
-	ctx := context.Background()
-	tx, err := e.pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	require.NoError(t, e.table.Write(ctx, tx, topic, msgs...))
-	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, dbtx.InTx(context.Background(), e.pool, func(ctx context.Context, tx pgx.Tx) error {
+		return e.table.Write(ctx, tx, topic, msgs...)
+	}))
 }
 
 func (e env) count(t *testing.T, where string, args ...any) int {

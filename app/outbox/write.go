@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/eventpipe/eventpipe/app/broker"
+	"github.com/eventpipe/eventpipe/app/dbtx"
 	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/migrations"
 )
@@ -37,8 +38,16 @@ func Write(ctx context.Context, tx pgx.Tx, topic string, msgs ...*message.Messag
 // tx commits and never if it rolls back. Each message must already be encoded
 // by its route's codec; its UUID is the event id (unique: writing an id twice
 // fails) and its metadata is stored as JSON. A payload over
-// broker.MaxPayloadBytes is refused here rather than failing at every relay
-// attempt.
+// broker.MaxPayloadBytes, or a message without a UUID, is refused here rather
+// than failing at every relay attempt.
+//
+// When tx is a *dbtx.PipelinedTx (what dbtx.InTx begins on a pool, so every
+// handler's transaction), the rows and their ordering-key locks are not sent
+// now but with tx's COMMIT, in the same round trip (dbtx.PipelinedTx's
+// ExecAtCommit): a row that fails there — an event id written twice — fails
+// the Commit, which rolls the whole transaction back, not Write. The
+// transaction does not see its own outbox rows before it commits. With any
+// other pgx.Tx the rows are inserted now and such a failure is Write's.
 func (t Table) Write(ctx context.Context, tx pgx.Tx, topic string, msgs ...*message.Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -74,10 +83,14 @@ func (t Table) Write(ctx context.Context, tx pgx.Tx, topic string, msgs ...*mess
 			payloads[i] = []byte{}
 		}
 	}
-	if err := lockKeys(ctx, tx, table, topic, keys); err != nil {
+	run := runNow(tx)
+	if p, ok := tx.(*dbtx.PipelinedTx); ok {
+		run = atCommit(p)
+	}
+	if err := lockKeys(ctx, run, table, topic, keys); err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO `+table+` (event_id, topic, payload, metadata, ordering_key)
+	err = run(ctx, "outbox write "+topic, `INSERT INTO `+table+` (event_id, topic, payload, metadata, ordering_key)
 		SELECT id, $1, payload, meta::jsonb, NULLIF(key, '')
 		FROM unnest($2::text[], $3::bytea[], $4::text[], $5::text[]) AS m(id, payload, meta, key)`,
 		topic, ids, payloads, metas, keys)
@@ -87,13 +100,32 @@ func (t Table) Write(ctx context.Context, tx pgx.Tx, topic string, msgs ...*mess
 	return nil
 }
 
+// runner runs one of Write's statements, now or at commit; purpose names it
+// in a commit's error.
+type runner func(ctx context.Context, purpose, sql string, args ...any) error
+
+func runNow(tx pgx.Tx) runner {
+	return func(ctx context.Context, _, sql string, args ...any) error {
+		_, err := tx.Exec(ctx, sql, args...)
+		return err
+	}
+}
+
+func atCommit(tx *dbtx.PipelinedTx) runner {
+	return func(_ context.Context, purpose, sql string, args ...any) error {
+		return tx.ExecAtCommit(purpose, sql, args...)
+	}
+}
+
 // lockKeys takes a transaction-scoped advisory lock per distinct (topic,
 // ordering key), in sorted order so that two writers cannot deadlock. It makes
 // a key's ids follow its commit order, which strict ordering relies on: a
 // later writer gets its id only after the earlier one committed. The lock id
 // is a 64-bit hash; a collision only makes two unrelated keys' writers wait
-// for each other.
-func lockKeys(ctx context.Context, tx pgx.Tx, table, topic string, keys []string) error {
+// for each other. Held back to the commit (a PipelinedTx), the locks are
+// taken just before the rows are inserted and held until the COMMIT that
+// follows them in the same pipeline, which keeps that order.
+func lockKeys(ctx context.Context, run runner, table, topic string, keys []string) error {
 	var distinct []string
 	for _, k := range keys {
 		if k != "" {
@@ -106,7 +138,8 @@ func lockKeys(ctx context.Context, tx pgx.Tx, table, topic string, keys []string
 	slices.Sort(distinct)
 	distinct = slices.Compact(distinct)
 	for _, k := range distinct {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, table+"\x1f"+topic+"\x1f"+k); err != nil {
+		purpose := fmt.Sprintf("outbox write %s: lock ordering key %q", topic, k)
+		if err := run(ctx, purpose, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, table+"\x1f"+topic+"\x1f"+k); err != nil {
 			return fmt.Errorf("outbox write %s: lock ordering key %q: %w", topic, k, err)
 		}
 	}
