@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/eventpipe/eventpipe/app/dbtx"
@@ -54,16 +55,24 @@ func (p *Postgres) Process(ctx context.Context, consumer, messageID string, effe
 		return err
 	}
 	return dbtx.InTx(ctx, p.pool, func(ctx context.Context, tx pgx.Tx) error {
-		fresh, err := p.mark(ctx, tx, consumer, messageID)
-		if err != nil {
-			return err
-		}
-		if !fresh {
+		// A plain INSERT, not the ON CONFLICT of mark: the transaction (or
+		// savepoint) is ours and the marker its first statement, so a
+		// duplicate's unique violation only ends what InTx rolls back
+		// anyway, and the insert costs the server less: no speculative
+		// insertion, 2 WAL records instead of 3 (decision 0038).
+		_, err := tx.Exec(ctx, `INSERT INTO `+p.table+` (consumer, message_id) VALUES ($1, $2)`, consumer, messageID)
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == uniqueViolation {
 			return duplicate(consumer, messageID)
+		}
+		if err != nil {
+			return fmt.Errorf("inbox: consumer %q, message %q: mark: %w", consumer, messageID, err)
 		}
 		return effect(ctx)
 	})
 }
+
+// uniqueViolation is PostgreSQL's SQLSTATE of a duplicate key.
+const uniqueViolation = "23505"
 
 // MarkTx inserts the marker of (consumer, messageID) in tx, for handlers that
 // own their transaction: fresh is false when the message was already
