@@ -114,7 +114,7 @@ func (s queueSchema) SchemaInitializingQueries(params wsql.SchemaInitializingQue
 			first_failed_at TIMESTAMPTZ,
 			last_failed_at  TIMESTAMPTZ,
 			claimed_until   TIMESTAMPTZ
-		)`},
+		) WITH (fillfactor = ` + queueFillFactor + `)`},
 		{Query: `DO $$BEGIN
 			IF NOT EXISTS (SELECT 1 FROM pg_attribute
 				WHERE attrelid = '` + strings.ReplaceAll(s.table(params.Topic), "'", "''") + `'::regclass
@@ -125,9 +125,24 @@ func (s queueSchema) SchemaInitializingQueries(params wsql.SchemaInitializingQue
 					ADD COLUMN IF NOT EXISTS last_failed_at TIMESTAMPTZ,
 					ADD COLUMN IF NOT EXISTS claimed_until TIMESTAMPTZ;
 			END IF;
+			-- A table made before the fill factor was set gets it, unless
+			-- someone chose one.
+			IF NOT EXISTS (SELECT 1 FROM pg_class
+				WHERE oid = '` + strings.ReplaceAll(s.table(params.Topic), "'", "''") + `'::regclass
+				AND EXISTS (SELECT 1 FROM unnest(reloptions) AS o WHERE o LIKE 'fillfactor=%')) THEN
+				ALTER TABLE ` + s.table(params.Topic) + ` SET (fillfactor = ` + queueFillFactor + `);
+			END IF;
 		END$$`},
 	}, nil
 }
+
+// queueFillFactor leaves a queue table's pages 30 % free, so that a claim's
+// UPDATE of a row (its attempt count and lease) finds room on the row's own
+// page: a heap-only update, with no new primary-key entry and less WAL. A
+// message row is updated once per delivery and then deleted; pages filled
+// to the brim by its INSERT made every claim a full update (EXPLAIN (ANALYZE,
+// WAL) of a claim of 10 rows: 40 WAL records, 6 KB, against 28, 3.3 KB).
+const queueFillFactor = "70"
 
 // RequiresTransaction makes watermill-sql run the initialising queries in a
 // transaction, which the advisory lock needs.
