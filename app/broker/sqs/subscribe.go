@@ -21,7 +21,8 @@ import (
 
 // Subscribe returns the messages of topic's queue (QueueName; a topic whose
 // queue name SQS would refuse is a *QueueNameError). Config.Workers receivers
-// long-poll the queue; every received message is handed out on its own, so a
+// long-poll the queue while it has messages, one while it is idle (see
+// Config.Workers); every received message is handed out on its own, so a
 // consumer that handles messages concurrently (the Watermill router does) gets
 // a whole batch at once, and at most BatchSize×Workers are in flight
 // (received and not yet settled, whether handed out or waiting), or fewer
