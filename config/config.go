@@ -506,8 +506,10 @@ type SQS struct {
 	// Default 10; 1..10 (SQS's limit).
 	BatchSize int `yaml:"batch_size" env:"BATCH_SIZE" doc:"Messages one receive call asks for (1..10)."`
 	// Workers is the number of concurrent receive loops per subscribed
-	// queue. Default 2; at least 1.
-	Workers int `yaml:"workers" env:"WORKERS" doc:"Concurrent receive loops per subscribed queue (at least 1)."`
+	// queue while it has messages; an idle queue is long-polled by one of
+	// them only, the others waiting for the next message. Default 2; at
+	// least 1.
+	Workers int `yaml:"workers" env:"WORKERS" doc:"Concurrent receive loops per subscribed queue while it has messages; one polls an idle queue (at least 1)."`
 	// WaitTime is how long a receive call long-polls for messages. Default
 	// 20s; 1s..20s in whole seconds (short polling would spin on an empty
 	// queue).

@@ -62,8 +62,13 @@ type Config struct {
 	QueueBatchSizes map[string]int
 
 	// Workers is how many ReceiveMessage calls each Subscribe keeps running at
-	// once. Default 2. At most BatchSize×Workers messages of one subscription
-	// are in flight (received and not yet acked or nacked).
+	// once while its queue has messages. Default 2. At most
+	// BatchSize×Workers messages of one subscription are in flight (received
+	// and not yet acked or nacked). While the queue is idle only one of them
+	// long-polls: a receiver whose receive came back empty waits, unless it is
+	// the last one polling, until a receive brings messages, so an idle
+	// subscription costs one ReceiveMessage per WaitTime whatever Workers is
+	// (SQS bills every request, empty receives included).
 	Workers int
 
 	// WaitTime is the long-poll time of ReceiveMessage, 1..20 s in whole

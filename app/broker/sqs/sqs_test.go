@@ -244,14 +244,20 @@ func TestBatchPartialFailure(t *testing.T) {
 	}, 5*time.Second, 50*time.Millisecond)
 }
 
-// concurrentReceives counts ReceiveMessage calls under way at once.
+// concurrentReceives counts ReceiveMessage calls: all of them (calls), and
+// those under way at once (now, and the most since the start or the last
+// resetMax).
 type concurrentReceives struct {
-	inner    aws.HTTPClient
-	now, max atomic.Int32
+	inner           aws.HTTPClient
+	calls, now, max atomic.Int32
 }
+
+// resetMax starts counting the most at once afresh, from what is under way.
+func (c *concurrentReceives) resetMax() { c.max.Store(c.now.Load()) }
 
 func (c *concurrentReceives) Do(r *http.Request) (*http.Response, error) {
 	if r.Header.Get("X-Amz-Target") == "AmazonSQS.ReceiveMessage" {
+		c.calls.Add(1)
 		n := c.now.Add(1)
 		defer c.now.Add(-1)
 		for {
@@ -290,6 +296,71 @@ func TestWorkersPollInParallel(t *testing.T) {
 		brokertest.Next(t, msgs, 10*time.Second).Ack()
 	}
 	assert.LessOrEqual(t, counter.max.Load(), int32(4), "never more polls than workers")
+}
+
+// An idle queue is long-polled by one receiver, not Config.Workers of them:
+// SQS bills every empty receive. A burst wakes the others, every message
+// arrives, and the parked receivers end on Close.
+func TestIdleQueuePolledOnce(t *testing.T) {
+	t.Parallel()
+	for _, workers := range []int{2, 3} {
+		t.Run(strconv.Itoa(workers)+" workers", func(t *testing.T) {
+			t.Parallel()
+			counter := &concurrentReceives{inner: awshttp.NewBuildableClient()}
+			cfg := testConfig(t)
+			cfg.Workers = workers
+			cfg.ClientOptions = []func(*awssqs.Options){func(o *awssqs.Options) { o.HTTPClient = counter }}
+			ps := newPubSub(t, cfg)
+			topic := brokertest.Topic(t)
+			require.NoError(t, ps.SubscribeInitialize(topic))
+			msgs, err := ps.Subscribe(context.Background(), topic)
+			require.NoError(t, err)
+
+			// Every receiver starts with a poll; past the first long poll
+			// the queue has been found idle.
+			time.Sleep(cfg.WaitTime + cfg.WaitTime/2)
+			counter.resetMax()
+			before := counter.calls.Load()
+			const polls = 4
+			time.Sleep(polls * cfg.WaitTime)
+			assert.InDelta(t, polls, counter.calls.Load()-before, 1,
+				"receives over %d long polls of an idle queue: one receiver's, not %d", polls, workers)
+			assert.Equal(t, int32(1), counter.max.Load(), "receives under way at once on the idle queue")
+
+			counter.resetMax()
+			sent := newMessages(10 * workers)
+			require.NoError(t, ps.Publish(topic, sent...))
+			want := map[string]bool{}
+			for _, m := range sent {
+				want[m.UUID] = true
+			}
+			for range sent {
+				m := brokertest.Next(t, msgs, 10*time.Second)
+				assert.True(t, want[m.UUID], "message %s sent once, received once", m.UUID)
+				delete(want, m.UUID)
+				m.Ack()
+			}
+			// The woken receivers poll on until they find the queue empty.
+			require.Eventually(t, func() bool { return counter.max.Load() >= 2 }, 3*cfg.WaitTime, 10*time.Millisecond,
+				"the burst woke the parked receivers: more than one receive at once")
+
+			// Once idle again, the parked receivers end on Close (it waits
+			// for every receiver, and lets the one poll under way finish).
+			time.Sleep(2 * cfg.WaitTime)
+			closed := make(chan struct{})
+			go func() {
+				_ = ps.Close()
+				close(closed)
+			}()
+			select {
+			case <-closed:
+			case <-time.After(cfg.WaitTime + 5*time.Second):
+				require.Fail(t, "Close did not return: a parked receiver did not end")
+			}
+			_, open := <-msgs
+			assert.False(t, open, "the channel is closed")
+		})
+	}
 }
 
 // At most BatchSize×Workers messages are out unsettled; settling one lets

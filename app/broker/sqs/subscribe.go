@@ -21,7 +21,8 @@ import (
 
 // Subscribe returns the messages of topic's queue (QueueName; a topic whose
 // queue name SQS would refuse is a *QueueNameError). Config.Workers receivers
-// long-poll the queue; every received message is handed out on its own, so a
+// long-poll the queue while it has messages, one while it is idle (see
+// Config.Workers); every received message is handed out on its own, so a
 // consumer that handles messages concurrently (the Watermill router does) gets
 // a whole batch at once, and at most BatchSize×Workers are in flight
 // (received and not yet settled, whether handed out or waiting), or fewer
@@ -127,6 +128,7 @@ func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.M
 		slots:   make(chan struct{}, inFlight(ctx, p.cfg.batchSizeOf(topic)*p.cfg.Workers)),
 		settle:  make(chan settleRequest),
 		drained: make(chan struct{}),
+		idle:    newIdleReceivers(p.cfg.Workers),
 	}
 	s.heartbeat = newHeartbeat(s, visibility)
 	s.stop, s.stopNow = context.WithCancel(ctx)
@@ -173,6 +175,9 @@ type subscription struct {
 	// heartbeat extends the visibility of received messages until they are
 	// settled; nil when the queue's visibility timeout is 0.
 	heartbeat *heartbeat
+
+	// idle parks the receivers an idle queue does not need.
+	idle idleReceivers
 
 	workers    sync.WaitGroup
 	deliveries sync.WaitGroup
@@ -261,8 +266,70 @@ func (s *subscription) receiveLoop() {
 			continue
 		}
 		retry.Reset()
+		if len(msgs) == 0 {
+			if !s.idle.park(s.stop.Done()) {
+				return
+			}
+			continue
+		}
+		s.idle.wake()
 		s.dispatch(msgs, received)
 	}
+}
+
+// idleReceivers keeps one receiver of a subscription long-polling while its
+// queue is idle, instead of all Config.Workers: SQS bills every empty
+// receive, and one poll sees the first message as soon as the others would.
+// A receiver whose receive came back empty parks, unless it is the last one
+// still active; any receive that brings messages wakes them all, so a
+// backlog is received at full width again. Parked receivers hold no slots
+// (they gave them back after their receive). All start active, so a backlog
+// present at start is drained at full width from the first receive.
+type idleReceivers struct {
+	mu sync.Mutex
+	// active counts the receivers not parked; never below 1, so some
+	// receiver always polls.
+	active, workers int
+	// woken is closed, and replaced, to wake every parked receiver at once.
+	woken chan struct{}
+}
+
+func newIdleReceivers(workers int) idleReceivers {
+	return idleReceivers{active: workers, workers: workers, woken: make(chan struct{})}
+}
+
+// park is called after a receive that brought nothing. The last active
+// receiver returns at once and polls on; any other waits for wake. It
+// reports false when stop closed first: the receiver is to end.
+func (r *idleReceivers) park(stop <-chan struct{}) bool {
+	r.mu.Lock()
+	if r.active == 1 {
+		r.mu.Unlock()
+		return true
+	}
+	r.active--
+	woken := r.woken
+	r.mu.Unlock()
+	select {
+	case <-woken:
+		return true
+	case <-stop:
+		return false
+	}
+}
+
+// wake is called after a receive that brought messages: more may follow, so
+// every parked receiver polls again. wake counts them active at once, so a
+// receiver that comes back empty before they run cannot take the count to 0.
+func (r *idleReceivers) wake() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.active == r.workers {
+		return
+	}
+	r.active = r.workers
+	close(r.woken)
+	r.woken = make(chan struct{})
 }
 
 // Short waits that buy full batches: SQS bills per request, and the emulator
