@@ -5,7 +5,8 @@
 //
 // A payload is decoded leniently by consumers (unknown fields ignored, §7)
 // and strictly for publishers (ValidateStrict, Encode: unknown fields and
-// §5.2 secrets refused). The envelope itself is package envelope's.
+// §5.2 secrets refused). The envelope itself is package envelope's; a
+// consumer decodes both at once (Decode), with one schema check per body.
 package catalog
 
 import (
