@@ -1,6 +1,7 @@
 package catalog_test
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -67,9 +68,16 @@ func TestDecodeIsTheTwoPasses(t *testing.T) {
 	t.Parallel()
 	c := catalog.Default()
 	for _, ex := range specExamples {
+		body := wrap(ex.messageType, ex.payload, ex.context)
 		t.Run("§5 "+ex.messageType, func(t *testing.T) {
 			t.Parallel()
-			requireSameDecode(t, c, wrap(ex.messageType, ex.payload, ex.context))
+			requireSameDecode(t, c, body)
+		})
+		// Decode checks the envelope only through the type's schema: one
+		// that stopped including it would let this body through.
+		t.Run("§5 "+ex.messageType+" bad envelope", func(t *testing.T) {
+			t.Parallel()
+			requireSameDecode(t, c, bytes.Replace(body, []byte(`"2026-04-27T15:00:00Z"`), []byte(`"yesterday"`), 1))
 		})
 	}
 	for name, body := range decodeCases {
