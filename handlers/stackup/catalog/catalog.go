@@ -5,7 +5,8 @@
 //
 // A payload is decoded leniently by consumers (unknown fields ignored, §7)
 // and strictly for publishers (ValidateStrict, Encode: unknown fields and
-// §5.2 secrets refused). The envelope itself is package envelope's.
+// §5.2 secrets refused). The envelope itself is package envelope's; a
+// consumer decodes both at once (Decode), with one schema check per body.
 package catalog
 
 import (
@@ -249,6 +250,12 @@ func (c Catalog) DecodePayload(env envelope.Envelope) (Payload, error) {
 	if err := checkSchema(env, schemas.Lenient); err != nil {
 		return nil, err
 	}
+	return decodeChecked(env, s)
+}
+
+// decodeChecked decodes env's payload, which its type's schema (if any)
+// accepted, by s and applies the payload's Go rules.
+func decodeChecked(env envelope.Envelope, s Schema) (Payload, error) {
 	p := s.New()
 	if err := json.Unmarshal(env.Payload, p); err != nil {
 		return nil, failure.AsPermanent(&PayloadError{MessageType: env.MessageType, Version: env.Version, Err: err})
@@ -257,6 +264,106 @@ func (c Catalog) DecodePayload(env envelope.Envelope) (Payload, error) {
 		return nil, failure.AsPermanent(&PayloadError{MessageType: env.MessageType, Version: env.Version, Err: err})
 	}
 	return p, nil
+}
+
+// Decode is a consumer's decode of one body: what envelope.Decode and then
+// DecodePayload do, with the same results and errors, but the body is read
+// by the schemas once (schemas.Decode) and checked once. Every v1 type's
+// schema includes the envelope's (section 3), so the body is checked against
+// its type's lenient schema alone, or against the envelope's when the type
+// or version has no schema. accept runs between the envelope and the
+// payload (a consumer's routing-key and handler checks), so the errors come
+// in the two passes' order: the envelope's (*envelope.Error), accept's, the
+// catalog's (UnknownTypeError, NoVersionError), the payload's
+// (*PayloadError). The envelope is returned with any error after it decoded.
+func (c Catalog) Decode(data []byte, accept func(envelope.Envelope) error) (envelope.Envelope, Payload, error) {
+	env, checked, err := decodeOnce(data)
+	if err != nil {
+		return envelope.Envelope{}, nil, err
+	}
+	if accept != nil {
+		if err := accept(env); err != nil {
+			return env, nil, err
+		}
+	}
+	if !checked {
+		p, err := c.DecodePayload(env)
+		return env, p, err
+	}
+	_, s, err := c.Schema(env.MessageType, env.Version)
+	if err != nil {
+		return env, nil, err
+	}
+	p, err := decodeChecked(env, s)
+	return env, p, err
+}
+
+// envelopeFields and contextFields are the JSON names envelope.Envelope
+// and envelope.Context decode.
+var (
+	envelopeFields = []string{"messageId", "messageType", "version", "traceId", "publishedAt", "publisher", "payload", "context"}
+	contextFields  = []string{"userId", "sessionId", "documentId"}
+)
+
+// decodeOnce decodes data's envelope with one schema check of one decoded
+// value, and reports whether that check was the type's schema, payload
+// included. It only ever decides that a body passes: every body it is not
+// sure of — one that fails the check, or that encoding/json would read
+// differently from the schemas (below) — takes the two passes
+// (envelope.Decode, and DecodePayload's check after), whose errors are then
+// the consumer's, word for word. A body passing its type's schema as sent
+// passes it as DecodePayload re-encodes it too: the type schemas constrain
+// only the envelope's fields and the payload, which the re-encoding keeps
+// (the payload byte for byte), dropping only unknown fields and null ids.
+func decodeOnce(data []byte) (envelope.Envelope, bool, error) {
+	twoPass := func() (envelope.Envelope, bool, error) {
+		env, err := envelope.Decode(data)
+		return env, false, err
+	}
+	v, err := schemas.Decode(data)
+	if err != nil {
+		return twoPass()
+	}
+	obj, _ := v.(map[string]any)
+	// encoding/json matches field names case-insensitively, the schemas
+	// exactly: with a "MessageType" or a "Payload" beside the real field,
+	// the struct and the checked value could hold different messages.
+	if obj == nil || foldsOnto(obj, envelopeFields) {
+		return twoPass()
+	}
+	if ctx, ok := obj["context"].(map[string]any); ok && foldsOnto(ctx, contextFields) {
+		return twoPass()
+	}
+	messageType, _ := obj["messageType"].(string)
+	version, _ := obj["version"].(string)
+	m, typed, err := typeSchema(messageType, version)
+	if err == nil && !typed {
+		m, err = envelope.Schema()
+	}
+	if err != nil || m.CheckValue(v, schemas.Lenient) != nil {
+		return twoPass()
+	}
+	var env envelope.Envelope
+	if err := json.Unmarshal(data, &env); err != nil || env.MessageType != messageType || env.Version != version {
+		return twoPass()
+	}
+	return env, typed, nil
+}
+
+// foldsOnto reports whether obj has a key that is not one of names but
+// that encoding/json would take for one (a case-insensitive match).
+func foldsOnto(obj map[string]any, names []string) bool {
+	for k := range obj {
+		if slices.Contains(names, k) {
+			continue
+		}
+		for _, n := range names {
+			if strings.EqualFold(k, n) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // typeSchema returns the compiled schema of messageType at version: the

@@ -114,18 +114,15 @@ func (c Consumer) handler(env envelope.Envelope) (Handler, error) {
 
 func (c Consumer) handle(msg *message.Message) error {
 	ctx := msg.Context()
-	env, err := envelope.Decode(msg.Payload)
-	if err == nil {
-		err = env.CheckRoutingKey(msg)
-	}
 	var h Handler
-	if err == nil {
+	env, p, err := c.Catalog.Decode(msg.Payload, func(env envelope.Envelope) error {
+		if err := env.CheckRoutingKey(msg); err != nil {
+			return err
+		}
+		var err error
 		h, err = c.handler(env)
-	}
-	var p Payload
-	if err == nil {
-		p, err = c.Catalog.DecodePayload(env)
-	}
+		return err
+	})
 	if err != nil {
 		// Not msgctx.Logger: like Delivery.Attrs, the lines about a StackUp
 		// message name it by its envelope's ids whenever it decoded that far.

@@ -53,7 +53,7 @@ type AnalyzeResumeV1 struct {
 }
 
 // Validate implements Payload: v1's rules are all its schema's (the
-// StackUp catalog of app/schemas), which DecodePayload checks first.
+// StackUp catalog of app/schemas), which Decode and DecodePayload check first.
 func (*AnalyzeResumeV1) Validate(envelope.Envelope) error { return nil }
 
 // AnalyzeCoverLetterV1 is our extension for analyze.cover_letter, which §5
@@ -66,7 +66,7 @@ type AnalyzeCoverLetterV1 struct {
 }
 
 // Validate implements Payload: v1's rules are all its schema's (the
-// StackUp catalog of app/schemas), which DecodePayload checks first.
+// StackUp catalog of app/schemas), which Decode and DecodePayload check first.
 func (*AnalyzeCoverLetterV1) Validate(envelope.Envelope) error { return nil }
 
 // AnalyzeRepositoryV1 is §5.2. It carries no token: the AI server borrows
@@ -79,7 +79,7 @@ type AnalyzeRepositoryV1 struct {
 }
 
 // Validate implements Payload: v1's rules are all its schema's (the
-// StackUp catalog of app/schemas), which DecodePayload checks first.
+// StackUp catalog of app/schemas), which Decode and DecodePayload check first.
 func (*AnalyzeRepositoryV1) Validate(envelope.Envelope) error { return nil }
 
 // AnalyzeWebV1 is §5.3.
@@ -90,7 +90,7 @@ type AnalyzeWebV1 struct {
 }
 
 // Validate implements Payload: v1's rules are all its schema's (the
-// StackUp catalog of app/schemas), which DecodePayload checks first.
+// StackUp catalog of app/schemas), which Decode and DecodePayload check first.
 func (*AnalyzeWebV1) Validate(envelope.Envelope) error { return nil }
 
 // AnalysisCallbackV1 is §5.4 (success) and §5.5 (failure).
@@ -111,7 +111,7 @@ type AnalysisCallbackV1 struct {
 func (c *AnalysisCallbackV1) Failed() bool { return c.Status == StatusFailed }
 
 // Validate implements Payload: v1's rules are all its schema's (the
-// StackUp catalog of app/schemas), which DecodePayload checks first.
+// StackUp catalog of app/schemas), which Decode and DecodePayload check first.
 func (*AnalysisCallbackV1) Validate(envelope.Envelope) error { return nil }
 
 // SourceDocument is one analysed document given to generate.questions.
@@ -191,7 +191,7 @@ type QuestionsCallbackV1 struct {
 func (c *QuestionsCallbackV1) Failed() bool { return c.Status == StatusFailed }
 
 // Validate implements Payload: v1's rules are all its schema's (the
-// StackUp catalog of app/schemas), which DecodePayload checks first.
+// StackUp catalog of app/schemas), which Decode and DecodePayload check first.
 func (*QuestionsCallbackV1) Validate(envelope.Envelope) error { return nil }
 
 // Turn is one line of a follow-up's history.
@@ -219,7 +219,7 @@ type GenerateFollowupV1 struct {
 }
 
 // Validate implements Payload: v1's rules are all its schema's (the
-// StackUp catalog of app/schemas), which DecodePayload checks first.
+// StackUp catalog of app/schemas), which Decode and DecodePayload check first.
 func (*GenerateFollowupV1) Validate(envelope.Envelope) error { return nil }
 
 // GenerateTTSV1 is §5.9a.
@@ -232,7 +232,7 @@ type GenerateTTSV1 struct {
 }
 
 // Validate implements Payload: v1's rules are all its schema's (the
-// StackUp catalog of app/schemas), which DecodePayload checks first.
+// StackUp catalog of app/schemas), which Decode and DecodePayload check first.
 func (*GenerateTTSV1) Validate(envelope.Envelope) error { return nil }
 
 // TTSCallbackV1 is §5.9b.
@@ -249,7 +249,7 @@ type TTSCallbackV1 struct {
 func (c *TTSCallbackV1) Failed() bool { return c.Status == StatusFailed }
 
 // Validate implements Payload: v1's rules are all its schema's (the
-// StackUp catalog of app/schemas), which DecodePayload checks first.
+// StackUp catalog of app/schemas), which Decode and DecodePayload check first.
 func (*TTSCallbackV1) Validate(envelope.Envelope) error { return nil }
 
 // AnalyzeVoiceV1 is §5.9c.
@@ -265,7 +265,7 @@ type AnalyzeVoiceV1 struct {
 }
 
 // Validate implements Payload: v1's rules are all its schema's (the
-// StackUp catalog of app/schemas), which DecodePayload checks first.
+// StackUp catalog of app/schemas), which Decode and DecodePayload check first.
 func (*AnalyzeVoiceV1) Validate(envelope.Envelope) error { return nil }
 
 // VoiceCallbackV1 is §5.9d. Every metric is nullable; errorCode set means
@@ -285,7 +285,7 @@ type VoiceCallbackV1 struct {
 func (c *VoiceCallbackV1) Failed() bool { return c.ErrorCode != nil && *c.ErrorCode != "" }
 
 // Validate implements Payload: v1's rules are all its schema's (the
-// StackUp catalog of app/schemas), which DecodePayload checks first.
+// StackUp catalog of app/schemas), which Decode and DecodePayload check first.
 func (*VoiceCallbackV1) Validate(envelope.Envelope) error { return nil }
 
 // TranscriptMessage is one message of a session given to generate.feedback.
@@ -313,7 +313,7 @@ type GenerateFeedbackV1 struct {
 }
 
 // Validate implements Payload: v1's rules are all its schema's (the
-// StackUp catalog of app/schemas), which DecodePayload checks first.
+// StackUp catalog of app/schemas), which Decode and DecodePayload check first.
 func (*GenerateFeedbackV1) Validate(envelope.Envelope) error { return nil }
 
 // Coaching is one answer's review in callback.feedback.
@@ -359,7 +359,7 @@ type FeedbackCallbackV1 struct {
 func (c *FeedbackCallbackV1) Failed() bool { return c.Status == StatusFailed }
 
 // Validate implements Payload: v1's rules are all its schema's (the
-// StackUp catalog of app/schemas), which DecodePayload checks first.
+// StackUp catalog of app/schemas), which Decode and DecodePayload check first.
 func (*FeedbackCallbackV1) Validate(envelope.Envelope) error { return nil }
 
 // NotifyV1 is §5.12 / §5.13: realtime.{session,user,document}.notify. Data
@@ -370,7 +370,7 @@ type NotifyV1 struct {
 }
 
 // Validate implements Payload: v1's rules are all its schema's (the
-// StackUp catalog of app/schemas), which DecodePayload checks first.
+// StackUp catalog of app/schemas), which Decode and DecodePayload check first.
 func (*NotifyV1) Validate(envelope.Envelope) error { return nil }
 
 // Realtime event types used by this package's producers (SseEventType
