@@ -280,3 +280,26 @@ func TestPostgresJoinsAPipelinedTransaction(t *testing.T) {
 	assert.Equal(t, 1, effects.count(t))
 	assert.Equal(t, failure.Duplicate, failure.Of(s.Process(ctx, "c", "m1", effects.insert(nil))))
 }
+
+// A duplicate seen inside a caller's transaction — the marker's unique
+// violation, in Process's savepoint — leaves that transaction usable: the
+// caller's other work commits, and no second effect.
+func TestPostgresDuplicateInsideTheCallersTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, effects := newEffects(t)
+	require.NoError(t, s.Process(ctx, "c", "m1", effects.insert(nil)))
+	begins := map[string]func() (pgx.Tx, error){
+		"pgx":       func() (pgx.Tx, error) { return effects.pool.Begin(ctx) },
+		"pipelined": func() (pgx.Tx, error) { return dbtx.BeginPipelined(ctx, effects.pool) },
+	}
+	for name, begin := range begins {
+		tx, err := begin()
+		require.NoError(t, err, name)
+		err = s.Process(dbtx.WithTx(ctx, tx), "c", "m1", effects.insert(nil))
+		assert.Equal(t, failure.Duplicate, failure.Of(err), "%s: %v", name, err)
+		require.NoError(t, s.Process(dbtx.WithTx(ctx, tx), "c", "m-"+name, effects.insert(nil)), name)
+		require.NoError(t, tx.Commit(ctx), name)
+	}
+	assert.Equal(t, 3, effects.count(t), "m1 once, and each transaction's own message")
+}
