@@ -109,7 +109,7 @@ var (
 		settle: 6 * time.Minute, linger: 30 * time.Second, disputePoison: 5, bookingPoison: 3, producers: 4, burst: 5 * time.Second,
 		stackup: 3000, refusals: 5, stackupPoison: 4,
 		duplicates: map[string]int{"disputes": 4000, "booking": 4000, "stackup": 2000},
-		killWeight: 3, faultCap: map[string]int{FaultSlowHandler: 3}, slowWindow: 15 * time.Second,
+		killWeight: 3, faultCap: map[string]int{FaultSlowHandler: 3, FaultSIGTERMMidCall: 1}, slowWindow: 15 * time.Second,
 	}
 	quickMode = mode{
 		name: "quick", disputes: 2000, sessions: 30, perSession: 60,
@@ -117,7 +117,7 @@ var (
 		settle: 100 * time.Second, linger: 5 * time.Second, disputePoison: 0, bookingPoison: 1, producers: 4, burst: 3 * time.Second,
 		stackup: 200, refusals: 2, stackupPoison: 2,
 		duplicates: map[string]int{"disputes": 120, "booking": 120, "stackup": 60},
-		killWeight: 1, faultCap: map[string]int{FaultSlowHandler: 1}, slowWindow: 10 * time.Second,
+		killWeight: 1, faultCap: map[string]int{FaultSlowHandler: 1, FaultSIGTERMMidCall: 1}, slowWindow: 10 * time.Second,
 	}
 )
 

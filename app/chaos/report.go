@@ -19,11 +19,12 @@ const (
 	FaultDBCut           = "db-cut"
 	FaultDuplicates      = "duplicates"
 	FaultSlowHandler     = "slow-handler"
+	FaultSIGTERMMidCall  = "sigterm-mid-call"
 	FaultRabbitMQRestart = "rabbitmq-restart"
 	FaultPostgresRestart = "postgres-restart"
 )
 
-var faultOrder = []string{FaultKillConsumer, FaultKillRelay, FaultSIGTERM, FaultCut, FaultStall, FaultDBCut, FaultDuplicates, FaultSlowHandler, FaultRabbitMQRestart, FaultPostgresRestart}
+var faultOrder = []string{FaultKillConsumer, FaultKillRelay, FaultSIGTERM, FaultCut, FaultStall, FaultDBCut, FaultDuplicates, FaultSlowHandler, FaultSIGTERMMidCall, FaultRabbitMQRestart, FaultPostgresRestart}
 
 // Row is one flow's count on one broker.
 type Row struct {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -175,7 +176,7 @@ func (s *stackupFlow) close() {
 }
 
 func (s *stackupFlow) faultKinds(r *flowRun) []string {
-	k := []string{FaultKillConsumer, FaultKillRelay, FaultSIGTERM, FaultCut, FaultStall, FaultSlowHandler}
+	k := []string{FaultKillConsumer, FaultKillRelay, FaultSIGTERM, FaultCut, FaultStall, FaultSlowHandler, FaultSIGTERMMidCall}
 	if r.kind != "postgres" {
 		k = append(k, FaultDBCut)
 	}
@@ -224,8 +225,11 @@ func (s *stackupFlow) answer(req testenv.ChatRequest) testenv.ChatAnswer {
 }
 
 // inject runs the slow-handler fault: for m.slowWindow every model call
-// that starts answers after slowDelay.
+// that starts answers after slowDelay; and sigterm-mid-call.
 func (s *stackupFlow) inject(ctx context.Context, r *flowRun, kind string) (string, bool) {
+	if kind == FaultSIGTERMMidCall {
+		return s.sigtermMidCall(ctx, r), true
+	}
 	if kind != FaultSlowHandler {
 		return "", false
 	}
@@ -234,6 +238,48 @@ func (s *stackupFlow) inject(ctx context.Context, r *flowRun, kind string) (stri
 	sleep(ctx, r.m.slowWindow)
 	return fmt.Sprintf("model answers after %s–%s for %s (%d calls slowed; llm.timeout %s, lease and visibility 30 s)",
 		slowDelay[0], slowDelay[1], r.m.slowWindow, s.slowCalls.Load()-before, llmTimeout), true
+}
+
+// sigtermMidCall SIGTERMs both AI workers (consumer and relay) while a model
+// call of slowDelay — longer than serve.shutdown_timeout, 30 s — is under
+// way: the shutdown must cancel the call at the timeout, give its message
+// back and exit 0 within termWait (RELIABILITY finding 18); the request is
+// then answered once by a worker started again.
+func (s *stackupFlow) sigtermMidCall(ctx context.Context, r *flowRun) string {
+	before := s.slowCalls.Load()
+	s.slowUntil.Store(time.Now().Add(5 * time.Second).UnixNano())
+	for wait := time.Now().Add(10 * time.Second); s.slowCalls.Load() == before && time.Now().Before(wait); {
+		sleep(ctx, 50*time.Millisecond)
+	}
+	if s.slowCalls.Load() == before {
+		return "no model call started within 10 s: nothing was interrupted"
+	}
+	sleep(ctx, time.Second) // the call is under way in one of the workers
+	r.procMu.Lock()
+	defer r.procMu.Unlock()
+	procs := []*process{r.consumer, r.relay}
+	took := make([]time.Duration, len(procs))
+	inTime := make([]bool, len(procs))
+	var wg sync.WaitGroup
+	for i, p := range procs {
+		wg.Go(func() { took[i], inTime[i] = p.signal(syscall.SIGTERM, "sigterm", termWait) })
+	}
+	wg.Wait()
+	var parts []string
+	for i, p := range procs {
+		e, _ := p.lastExit()
+		parts = append(parts, fmt.Sprintf("%s exited after %s (%s)", p.name, took[i].Round(time.Millisecond), e))
+		switch {
+		case !inTime[i]:
+			r.note("SIGTERM mid model call did not end %s within %s: killed (%s)", p.name, termWait, e.log)
+		case e.code != 0:
+			r.note("SIGTERM mid model call: %s exited with code %d after %s (%s)", p.name, e.code, took[i].Round(time.Millisecond), e.log)
+		}
+		if err := p.start(ctx, readyTimeout); err != nil {
+			r.note("sigterm-mid-call: restart %s: %v", p.name, err)
+		}
+	}
+	return fmt.Sprintf("%d model calls slowed to %s–%s; %s", s.slowCalls.Load()-before, slowDelay[0], slowDelay[1], strings.Join(parts, "; "))
 }
 
 // --- the producer -----------------------------------------------------------
