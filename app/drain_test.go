@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/eventpipe/eventpipe/app"
+	"github.com/eventpipe/eventpipe/app/metadata"
 	"github.com/eventpipe/eventpipe/app/msgctx"
 	"github.com/eventpipe/eventpipe/app/route"
 	"github.com/eventpipe/eventpipe/app/spec"
@@ -202,6 +203,7 @@ func TestShutdownTimeoutCancelsHandlersAndGivesTheirMessagesBack(t *testing.T) {
 				select {
 				case m := <-back:
 					assert.Equal(t, msg.UUID, m.UUID, "the cancelled message is delivered again")
+					assert.Equal(t, "1", m.Metadata.Get(metadata.AttemptKey), "the cancelled attempt is counted")
 					m.Ack()
 				case <-time.After(30 * time.Second):
 					require.FailNow(t, "the message cancelled at the shutdown timeout never came back")

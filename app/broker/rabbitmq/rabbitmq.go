@@ -697,8 +697,16 @@ func (p *PubSub) settleNack(ctx context.Context, src source, d amqp.Delivery, ms
 			}
 			return nil
 		}
-		p.logger.Error("Counted redelivery failed, requeueing the message", err,
-			watermill.LogFields{"message_uuid": msg.UUID, "amqp_queue": src.queue})
+		fields := watermill.LogFields{"message_uuid": msg.UUID, "amqp_queue": src.queue}
+		if ctx.Err() != nil {
+			// Shutdown: a handler cancelled at the shutdown timeout nacks
+			// after intake stopped. The requeued delivery comes back
+			// redelivered and is counted then (recount), so nothing is
+			// wrong; a copy published now would race the channel's close.
+			p.logger.Info("Subscription stopping: nacked message requeued", fields)
+		} else {
+			p.logger.Error("Counted redelivery failed, requeueing the message", err, fields)
+		}
 	}
 	if err := d.Nack(false, true); err != nil {
 		return fmt.Errorf("nack %s: %w", msg.UUID, err)
