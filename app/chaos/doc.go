@@ -36,10 +36,11 @@
 // it exits), every broker connection reset (new ones refused for a moment),
 // every broker connection stalled, every database connection reset, a
 // window of model answers slower than the lease and the visibility timeout
-// (stackup); beside them, already-confirmed messages re-sent with their ids
+// (stackup), SIGTERM of both AI workers during such an answer, longer than
+// serve's shutdown timeout (stackup); beside them, already-confirmed messages re-sent with their ids
 // (duplicates); CHAOS_FAULTS picks a subset; with
 // CHAOS_BROKER_RESTART=1 also RabbitMQ's stop_app/start_app and a
-// PostgreSQL restart. Then the harness waits for the flows to settle and
+// PostgreSQL crash (immediate shutdown) and restart. Then the harness waits for the flows to settle and
 // counts, in PostgreSQL and the dead-letter queues: sent, effects, lost,
 // duplicated effects (a BEFORE INSERT trigger records every committed
 // application of an effect), dead letters expected and other, events out of
