@@ -73,13 +73,7 @@ func TestShutdownLetsInFlightHandlersFinish(t *testing.T) {
 			svc, err := app.NewWithModules(ctx, cfg, slog.New(slog.DiscardHandler), []spec.Module{mod})
 			require.NoError(t, err)
 			// The follow-up queue exists before anything is published to it.
-			probe, err := app.NewBroker(context.Background(), cfg, slog.New(slog.DiscardHandler))
-			require.NoError(t, err)
-			defer func() { _ = probe.Close() }()
-			subCtx, stopSub := context.WithCancel(context.Background())
-			defer stopSub()
-			follow, err := probe.Subscribe(subCtx, followUps)
-			require.NoError(t, err)
+			follow := probeSubscribe(t, cfg, followUps)
 
 			done := make(chan error, 1)
 			go func() { done <- svc.Run(ctx) }()
@@ -110,8 +104,7 @@ func TestShutdownLetsInFlightHandlersFinish(t *testing.T) {
 			}
 			// Acknowledged, not requeued: nothing comes back on the work
 			// queue.
-			redelivered, err := probe.Subscribe(subCtx, work)
-			require.NoError(t, err)
+			redelivered := probeSubscribe(t, cfg, work)
 			select {
 			case m := <-redelivered:
 				m.Ack()
@@ -193,13 +186,7 @@ func TestShutdownTimeoutCancelsHandlersAndGivesTheirMessagesBack(t *testing.T) {
 				case <-time.After(60 * time.Second):
 					require.FailNow(t, "Run did not return after the shutdown timeout")
 				}
-				probe, err := app.NewBroker(context.Background(), cfg, slog.New(slog.DiscardHandler))
-				require.NoError(t, err)
-				defer func() { _ = probe.Close() }()
-				subCtx, stopSub := context.WithCancel(context.Background())
-				defer stopSub()
-				back, err := probe.Subscribe(subCtx, work)
-				require.NoError(t, err)
+				back := probeSubscribe(t, cfg, work)
 				select {
 				case m := <-back:
 					assert.Equal(t, msg.UUID, m.UUID, "the cancelled message is delivered again")
@@ -211,4 +198,18 @@ func TestShutdownTimeoutCancelsHandlersAndGivesTheirMessagesBack(t *testing.T) {
 			})
 		}
 	}
+}
+
+// probeSubscribe subscribes queue through a broker of its own, as a
+// consumer outside the service under test; both end with the test.
+func probeSubscribe(t *testing.T, cfg config.Config, queue string) <-chan *message.Message {
+	t.Helper()
+	probe, err := app.NewBroker(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = probe.Close() })
+	ctx, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	msgs, err := probe.Subscribe(ctx, queue)
+	require.NoError(t, err)
+	return msgs
 }
