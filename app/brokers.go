@@ -108,6 +108,7 @@ func newAdapter(ctx context.Context, cfg config.Config, instance string, db *pgx
 			QueuePrefetch:   batchSizes(top),
 			URL:             cfg.RabbitMQ.URL,
 			Prefetch:        cfg.RabbitMQ.Prefetch,
+			AckDelay:        ackDelay(cfg.RabbitMQ.AckDelay),
 			ChannelPoolSize: cfg.RabbitMQ.ChannelPoolSize,
 			DisableConfirms: !cfg.RabbitMQ.PublisherConfirms,
 		}, logger)
@@ -248,4 +249,13 @@ func uncountedCrashQueues(cfg config.Config, top topology.Topology) []string {
 		}
 	}
 	return out
+}
+
+// ackDelay is rabbitmq.ack_delay as the adapter takes it: its 0 means the
+// default, and a negative delay none.
+func ackDelay(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

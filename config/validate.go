@@ -82,8 +82,9 @@ func (ps problems) err() error {
 
 // Limits of the broker APIs that the rules below enforce.
 const (
-	maxPrefetch        = 65535 // basic.qos prefetch-count is an AMQP short
-	maxChannels        = 2047  // RabbitMQ's default channel_max
+	maxPrefetch        = 65535       // basic.qos prefetch-count is an AMQP short
+	maxChannels        = 2047        // RabbitMQ's default channel_max
+	maxAckDelay        = time.Second // longer only holds the prefetch window and redelivers more after a crash
 	maxSQSBatch        = 10
 	maxSQSWait         = 20 * time.Second
 	maxSQSVisibility   = 12 * time.Hour
@@ -114,6 +115,7 @@ func (c Config) Validate() error {
 		checkURL(&ps, "rabbitmq.url", c.RabbitMQ.URL, amqpURL)
 	}
 	inRange(&ps, "rabbitmq.prefetch", c.RabbitMQ.Prefetch, 1, maxPrefetch)
+	durationInRange(&ps, "rabbitmq.ack_delay", c.RabbitMQ.AckDelay, 0, maxAckDelay, time.Microsecond)
 	inRange(&ps, "rabbitmq.channel_pool_size", c.RabbitMQ.ChannelPoolSize, 1, maxChannels)
 	if c.RabbitMQ.QueueType != "" {
 		oneOf(&ps, "rabbitmq.queue_type", c.RabbitMQ.QueueType, QueueTypeAsDeclared, QueueTypeClassic, QueueTypeQuorum)

@@ -2,17 +2,24 @@ package rabbitmq
 
 import (
 	"sync"
+	"time"
 )
 
 // acker coalesces the acks of one channel's concurrent deliveries into
 // AMQP's multiple acks: an ack of tag T with multiple set settles every
 // delivery up to T that is still unsettled, so a run of handlers finishing
 // together costs the channel one frame (and the broker one settlement pass)
-// instead of one each. The first ack to arrive while no frame is being
-// written sends it, on its caller's goroutine; what arrives while it sends
-// goes out in the next frame, sent by that same caller before it returns, so
-// an ack never waits for a timer, only for the frame before it (group
-// commit), and no goroutine has to be woken for it.
+// instead of one each.
+//
+// An ack waits at most the acker's delay for the acks after it, then goes
+// out with them in one frame; it goes at once when half the prefetch window
+// is due (most), so that the broker never waits for acks held back to push
+// more. What arrives while a frame is being written goes out in the next
+// frame, sent by that same caller before it returns (group commit). The
+// broker's cost is per frame: acking ten deliveries with one multiple ack
+// cost RabbitMQ a third less CPU per message than ten acks (decision 0040).
+// A delay of 0 sends an ack at once, coalescing only what comes due while a
+// frame is being written.
 //
 // Only a tag whose own ack is due may close a multiple ack, and only across
 // tags that are settled: acked through it, or settled otherwise — nacked,
@@ -20,8 +27,8 @@ import (
 // reports with settled once that frame is written, never before: a multiple
 // ack sent ahead of a nack's frame would ack the message the nack gives back.
 // A due ack behind an unsettled tag (a handler still running) is sent on its
-// own, at once, so a slow handler never holds the others' acks back (nor,
-// through the prefetch window, the queue).
+// own with the next frame, so a slow handler never holds the others' acks
+// back (nor, through the prefetch window, the queue).
 //
 // Delivery tags of a channel start at 1 and grow by one per delivery; every
 // delivery must end in ack or settled, or the channel must close, for the
@@ -30,6 +37,12 @@ import (
 type acker struct {
 	// send writes one ack frame (amqp.Channel.Ack).
 	send func(tag uint64, multiple bool) error
+	// delay is how long an ack may wait for others to share its frame;
+	// most is how many acks due are sent at once, without waiting.
+	delay time.Duration
+	most  int
+	// timer sends what is due once the delay is over; armed while it runs.
+	timer *time.Timer
 
 	mu sync.Mutex
 	// low is the lowest tag not known to be settled.
@@ -43,22 +56,51 @@ type acker struct {
 	// acks due. idle is signalled when it stops.
 	sending bool
 	idle    *sync.Cond
+	armed   bool
 }
 
-func newAcker(send func(tag uint64, multiple bool) error) *acker {
-	a := &acker{send: send, low: 1, due: map[uint64]struct{}{}, done: map[uint64]struct{}{}}
+// newAcker returns an acker that holds an ack back for up to delay, unless
+// most acks are due (at least 1: with 1, every ack goes at once).
+func newAcker(send func(tag uint64, multiple bool) error, delay time.Duration, most int) *acker {
+	a := &acker{send: send, delay: delay, most: max(most, 1), low: 1, due: map[uint64]struct{}{}, done: map[uint64]struct{}{}}
 	a.idle = sync.NewCond(&a.mu)
+	a.timer = time.AfterFunc(time.Hour, a.expire)
+	a.timer.Stop()
 	return a
 }
 
 // ack asks for tag to be acked: it sends the frame itself, with every ack
 // that comes due meanwhile, unless another caller is sending, which then
-// sends this one too. A failure to send means the channel is gone, which its
-// subscription learns on its own (the broker then gives the message back).
+// sends this one too, or the acks due may still wait for more (the delay),
+// which the timer then sends. A failure to send means the channel is gone,
+// which its subscription learns on its own (the broker then gives the
+// message back).
 func (a *acker) ack(tag uint64) {
 	a.mu.Lock()
 	a.due[tag] = struct{}{}
 	if a.sending {
+		a.mu.Unlock()
+		return
+	}
+	if a.delay > 0 && len(a.due) < a.most {
+		if !a.armed {
+			a.armed = true
+			a.timer.Reset(a.delay)
+		}
+		a.mu.Unlock()
+		return
+	}
+	a.sending = true
+	a.mu.Unlock()
+	a.drain()
+}
+
+// expire sends what is due once the delay of the first of it is over,
+// unless a caller is sending already (it sends that too).
+func (a *acker) expire() {
+	a.mu.Lock()
+	a.armed = false
+	if a.sending || len(a.due) == 0 {
 		a.mu.Unlock()
 		return
 	}
@@ -78,10 +120,12 @@ func (a *acker) settled(tag uint64) {
 }
 
 // close returns once nothing due is left unsent: it waits for a caller
-// still sending, then sends what is due itself. A send that failed stopped
+// still sending, then sends what is due itself, without waiting out the
+// delay. A send that failed stopped
 // the sending: the channel is gone, and the broker gives back what it had
 // not acked.
 func (a *acker) close() {
+	a.timer.Stop()
 	a.mu.Lock()
 	for a.sending {
 		a.idle.Wait()

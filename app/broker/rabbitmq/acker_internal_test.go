@@ -52,7 +52,7 @@ func (f *frames) wait(t *testing.T, n int) []string {
 func TestAckerCoalescesSettledRuns(t *testing.T) {
 	t.Parallel()
 	f := &frames{gate: make(chan struct{}), entered: make(chan struct{}, 1)}
-	a := newAcker(f.send)
+	a := newAcker(f.send, 0, 1)
 
 	// 1 goes out at once, written by its caller; 2..5 arrive while its
 	// frame is being written, and return at once: 1's caller sends them.
@@ -85,4 +85,34 @@ func TestAckerCoalescesSettledRuns(t *testing.T) {
 	a.ack(12)
 	assert.Equal(t, []string{"11", "12"}, f.wait(t, 7)[5:])
 	a.close()
+}
+
+// With a delay, acks wait for the ones after them: a run acked within the
+// delay goes out as one multiple ack once it is over; half the prefetch
+// window due goes at once, and close sends what is held without waiting.
+func TestAckerHoldsAcksForItsDelay(t *testing.T) {
+	t.Parallel()
+	f := &frames{}
+	const delay = 200 * time.Millisecond
+	a := newAcker(f.send, delay, 4)
+
+	start := time.Now()
+	for tag := uint64(1); tag <= 3; tag++ {
+		a.ack(tag)
+	}
+	assert.Empty(t, f.get(), "held for the delay")
+	assert.Equal(t, []string{"3+"}, f.wait(t, 1), "one frame for the run")
+	assert.GreaterOrEqual(t, time.Since(start), delay)
+
+	// The fourth due ack reaches most (4): all four go at once.
+	for tag := uint64(4); tag <= 7; tag++ {
+		a.ack(tag)
+	}
+	assert.Equal(t, "7+", f.get()[1], "sent by the ack that reached most, not the timer")
+
+	a.ack(8)
+	a.close()
+	assert.Equal(t, []string{"3+", "7+", "8"}, f.get(), "close sends what is held")
+	time.Sleep(delay + 50*time.Millisecond)
+	assert.Len(t, f.get(), 3, "nothing more once the timer would have run")
 }

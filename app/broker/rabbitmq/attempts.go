@@ -129,7 +129,7 @@ const ledgerTimeout = 10 * time.Second
 // the delivery plus the ledger's count of crash redeliveries. ok is false
 // when there is no ledger, the message has no id, or the ledger failed; the
 // caller then counts the crash for this delivery only.
-func (p *PubSub) countCrash(ctx context.Context, src source, d amqp.Delivery, msg *message.Message) (attempt int, ok bool) {
+func (p *PubSub) countCrash(ctx context.Context, src source, d *amqp.Delivery, msg *message.Message) (attempt int, ok bool) {
 	if p.cfg.AttemptLedger == nil || d.MessageId == "" {
 		return 0, false
 	}
@@ -147,7 +147,7 @@ func (p *PubSub) countCrash(ctx context.Context, src source, d amqp.Delivery, ms
 // forgetCrashes drops a settled delivery's row from the attempt ledger. A
 // failure leaves a row that only a later delivery of the same id (a redrive)
 // could meet before it expires: logged, not fatal.
-func (p *PubSub) forgetCrashes(src source, d amqp.Delivery, msg *message.Message) {
+func (p *PubSub) forgetCrashes(src source, d *amqp.Delivery, msg *message.Message) {
 	// Not the subscription's context: a delivery settled during shutdown
 	// still has its row to drop.
 	ctx, cancel := context.WithTimeout(context.Background(), ledgerTimeout)
@@ -160,7 +160,7 @@ func (p *PubSub) forgetCrashes(src source, d amqp.Delivery, msg *message.Message
 
 // ownAttempt returns eventpipe's count carried by a copy it republished; ok
 // is false for a message no eventpipe republished.
-func ownAttempt(d amqp.Delivery) (n int, ok bool) {
+func ownAttempt(d *amqp.Delivery) (n int, ok bool) {
 	v, ok := d.Headers[headerOwnAttempt]
 	if !ok {
 		return 0, false
@@ -170,7 +170,7 @@ func ownAttempt(d amqp.Delivery) (n int, ok bool) {
 
 // baseAttempt is the count a delivery carries: eventpipe's on a copy it
 // republished, else the publisher's x-attempt (0 for ours).
-func baseAttempt(d amqp.Delivery) int {
+func baseAttempt(d *amqp.Delivery) int {
 	if n, own := ownAttempt(d); own {
 		return n
 	}
@@ -179,7 +179,7 @@ func baseAttempt(d amqp.Delivery) int {
 
 // attemptOf returns the number of earlier attempts of a delivery from a queue
 // of type qt.
-func attemptOf(d amqp.Delivery, qt QueueType) int {
+func attemptOf(d *amqp.Delivery, qt QueueType) int {
 	n := baseAttempt(d)
 	if !d.Redelivered {
 		return n
@@ -245,7 +245,7 @@ func headerInt(v any) int {
 
 // setAttempt writes the delivery's attempt number and first failure time into
 // msg's metadata, replacing whatever the publisher put there.
-func setAttempt(msg *message.Message, d amqp.Delivery, qt QueueType) {
+func setAttempt(msg *message.Message, d *amqp.Delivery, qt QueueType) {
 	msg.Metadata.Set(metadata.AttemptKey, strconv.Itoa(attemptOf(d, qt)))
 	delete(msg.Metadata, headerOwnAttempt)
 	if _, own := ownAttempt(d); !own {
@@ -258,7 +258,7 @@ func setAttempt(msg *message.Message, d amqp.Delivery, qt QueueType) {
 // copyID is the message_id of a copy of d: its own, or else the id the
 // adapter gave it (Marshaler.Unmarshal), so a message published without one
 // keeps that id from its first republish on.
-func copyID(d amqp.Delivery, msg *message.Message) string {
+func copyID(d *amqp.Delivery, msg *message.Message) string {
 	if d.MessageId != "" {
 		return d.MessageId
 	}
@@ -270,7 +270,7 @@ func copyID(d amqp.Delivery, msg *message.Message) string {
 // done is false when the copy could not be published; the caller then hands
 // the delivery over as it is. err is an ack failure that must end the
 // subscription.
-func (p *PubSub) recount(ctx context.Context, src source, d amqp.Delivery, msg *message.Message) (done bool, err error) {
+func (p *PubSub) recount(ctx context.Context, src source, d *amqp.Delivery, msg *message.Message) (done bool, err error) {
 	if err := p.republish(ctx, src, d, msg, attemptOf(d, src.typ), 0); err != nil {
 		p.logger.Error("Counting a redelivery failed, handling it with the attempt counted for this delivery only", err,
 			watermill.LogFields{"message_uuid": msg.UUID, "amqp_queue": src.queue})
@@ -288,7 +288,7 @@ func (p *PubSub) recount(ctx context.Context, src source, d amqp.Delivery, msg *
 // eventpipe's count set to attempt — after delay, through the queue's delay
 // queue (delay.go), when delay is more than 0 — and waits for the broker's
 // confirm. The caller acks d only if it succeeds.
-func (p *PubSub) republish(ctx context.Context, src source, d amqp.Delivery, msg *message.Message, attempt int, delay time.Duration) error {
+func (p *PubSub) republish(ctx context.Context, src source, d *amqp.Delivery, msg *message.Message, attempt int, delay time.Duration) error {
 	queue := src.queue
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.PublishTimeout)
 	defer cancel()

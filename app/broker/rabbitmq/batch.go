@@ -89,7 +89,7 @@ func (b *batchReader) Next(ctx context.Context, limit int, wait time.Duration) (
 				// Not a message of ours to judge: give it back with the rest.
 				return out, fmt.Errorf("rabbitmq: read %s in batches: %w", b.topic, err)
 			}
-			setAttempt(msg, d, b.typ)
+			setAttempt(msg, &d, b.typ)
 			b.last = d.DeliveryTag
 			out = append(out, msg)
 			t.Reset(batchFill)

@@ -70,13 +70,13 @@ type deliveryKey struct{}
 // deliveryFacts is what a dead letter needs of the delivery it copies.
 type deliveryFacts struct {
 	queue string
-	d     amqp.Delivery
+	d     *amqp.Delivery
 }
 
 // withDelivery returns ctx carrying delivery d from queue: a handler's
 // message context, so that a dead letter made from it (its context derives
 // from the handler's) can keep the delivery's typed headers and properties.
-func withDelivery(ctx context.Context, d amqp.Delivery, queue string) context.Context {
+func withDelivery(ctx context.Context, d *amqp.Delivery, queue string) context.Context {
 	return &deliveryCtx{Context: ctx, facts: deliveryFacts{queue: queue, d: d}}
 }
 

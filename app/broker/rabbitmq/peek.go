@@ -109,7 +109,7 @@ func (p *PubSub) Peek(ctx context.Context, queue string, max int) (broker.Peeked
 		if err != nil {
 			return broker.Peeked{}, fmt.Errorf("rabbitmq: peek %s: %w", queue, err)
 		}
-		setAttempt(msg, d, typ)
+		setAttempt(msg, &d, typ)
 		out.Messages = append(out.Messages, msg)
 	}
 	// The get's last message tells how many stayed behind it.
@@ -234,7 +234,7 @@ func (p *PubSub) peekByConsumer(ctx context.Context, queue string, limit int) (b
 			if err != nil {
 				return broker.Peeked{}, fmt.Errorf("rabbitmq: peek %s: %w", queue, err)
 			}
-			setAttempt(msg, d, QueueQuorum)
+			setAttempt(msg, &d, QueueQuorum)
 			out.Messages = append(out.Messages, msg)
 			wait.Reset(peekNextWait)
 		case <-wait.C:
