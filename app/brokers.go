@@ -161,6 +161,7 @@ func newAdapter(ctx context.Context, cfg config.Config, instance string, db *pgx
 			OrderedQueues:        orderedQueues(top),
 			DSN:                  cfg.Postgres.DSN,
 			MaxConns:             cfg.Postgres.MaxConns,
+			Workers:              cfg.Postgres.Workers,
 			PollInterval:         cfg.Postgres.PollInterval,
 			AutoInitializeSchema: cfg.Postgres.CreateTables,
 			Schema:               cfg.Postgres.Schema,

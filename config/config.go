@@ -547,6 +547,10 @@ type Postgres struct {
 	// holds one connection while it works through a batch. Default 16; at
 	// least 1.
 	MaxConns int `yaml:"max_conns" env:"MAX_CONNS" doc:"Connections in the consuming pool; a subscription holds one while it works through a batch (at least 1)."`
+	// Workers is the number of concurrent claim loops per subscribed queue
+	// while it has messages, each holding at most one claim batch; an idle
+	// queue is polled by one of them only. Default 2; 1..64.
+	Workers int `yaml:"workers" env:"WORKERS" doc:"Concurrent claim loops per subscribed queue while it has messages, each holding at most one claim batch; one polls an idle queue (1..64)."`
 	// PollInterval is how often a subscriber polls for new messages.
 	// Default 250ms; more than 0.
 	PollInterval time.Duration `yaml:"poll_interval" env:"POLL_INTERVAL" doc:"How often a subscriber polls for new messages (more than 0s)."`
@@ -685,6 +689,7 @@ func Defaults() Config {
 		Postgres: Postgres{
 			DSN:          "",
 			MaxConns:     16,
+			Workers:      2,
 			PollInterval: 250 * time.Millisecond,
 			CreateTables: true,
 			Schema:       "eventpipe",

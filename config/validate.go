@@ -85,6 +85,7 @@ const (
 	maxPrefetch        = 65535       // basic.qos prefetch-count is an AMQP short
 	maxChannels        = 2047        // RabbitMQ's default channel_max
 	maxAckDelay        = time.Second // longer only holds the prefetch window and redelivers more after a crash
+	maxPostgresWorkers = 64          // the Postgres broker's own cap: each loop may hold a pool connection
 	maxSQSBatch        = 10
 	maxSQSWait         = 20 * time.Second
 	maxSQSVisibility   = 12 * time.Hour
@@ -141,6 +142,7 @@ func (c Config) Validate() error {
 		}
 	}
 	atLeast(&ps, "postgres.max_conns", c.Postgres.MaxConns, 1)
+	inRange(&ps, "postgres.workers", c.Postgres.Workers, 1, maxPostgresWorkers)
 	positive(&ps, "postgres.poll_interval", c.Postgres.PollInterval)
 	if !schemaName.MatchString(c.Postgres.Schema) {
 		ps.add("postgres.schema", "%q is not a plain schema name: a lowercase letter or _, then lowercase letters, digits or _, at most 56 bytes", c.Postgres.Schema)

@@ -52,6 +52,16 @@ type Config struct {
 	// an attempt of every row of its batch. Default 10, at most 1000.
 	BatchSize int
 
+	// Workers is how many claim loops a subscription runs while its queue is
+	// busy, each holding one claim's rows at most: a claim's round trip
+	// then overlaps the handling of another claim's messages, and the
+	// database works on several at once. An idle queue is polled by one of
+	// them only (broker.IdleLoops); a subscription never runs more loops
+	// than messages it may have out at once (one at a time: one loop). As
+	// sqs.workers: more rows are held than one batch (Workers × BatchSize),
+	// and a subscriber that dies uses an attempt of each. Default 2.
+	Workers int
+
 	// QueueBatchSizes overrides BatchSize for some queues (topic →
 	// 1..MaxBatchSize): a spec's batch size per queue (the interviews spec
 	// receives 10 on one queue and 1 on the other).
@@ -108,6 +118,7 @@ const (
 	DefaultPollInterval    = 250 * time.Millisecond
 	DefaultRetryInterval   = time.Second
 	DefaultBatchSize       = 10
+	DefaultWorkers         = 2
 	DefaultAckDeadline     = 30 * time.Second
 	DefaultRedeliveryDelay = time.Second
 	DefaultSchema          = "eventpipe"
@@ -116,6 +127,9 @@ const (
 	// MaxBatchSize caps BatchSize: every claimed row stays claimed until the
 	// batch reaches it.
 	MaxBatchSize = 1000
+
+	// maxWorkers caps Workers: each loop may hold a connection of the pool.
+	maxWorkers = 64
 )
 
 func (c *Config) setDefaults() {
@@ -136,6 +150,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultBatchSize
+	}
+	if c.Workers == 0 {
+		c.Workers = DefaultWorkers
 	}
 	if c.AckDeadline == 0 {
 		c.AckDeadline = DefaultAckDeadline
@@ -183,6 +200,9 @@ func (c Config) Validate() error {
 	}
 	if c.BatchSize < 0 || c.BatchSize > MaxBatchSize {
 		add("batch size must be between 0 (default) and %d, got %d", MaxBatchSize, c.BatchSize)
+	}
+	if c.Workers < 0 || c.Workers > maxWorkers {
+		add("workers must be between 0 (default) and %d, got %d", maxWorkers, c.Workers)
 	}
 	for q, n := range c.QueueBatchSizes {
 		if n < 1 || n > MaxBatchSize {

@@ -22,3 +22,13 @@ func TraceConsuming(t testing.TB, p *PubSub, tracer pgx.QueryTracer) {
 	p.consumePool.Close()
 	p.consumePool = pool
 }
+
+// CommitModes reports synchronous_commit on a connection of each of p's
+// pools.
+func CommitModes(ctx context.Context, p *PubSub) (publish, consume string, err error) {
+	if err = p.publishPool.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&publish); err != nil {
+		return "", "", err
+	}
+	err = p.consumePool.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&consume)
+	return publish, consume, err
+}

@@ -19,7 +19,13 @@
 // while some are out the subscription claims more for the free room (once
 // half of it is free behind a handler running longer than the slack while
 // the queue is busy, a poll interval after a claim that drained it), the
-// settlements so far riding with that claim. On an
+// settlements so far riding with that claim. A subscription allowed more
+// than one message at once runs Config.Workers such claim loops (at most as
+// many as messages it may have out), which share its concurrency: while one
+// loop's messages are handled, another's claim is on its way or its rows
+// wait for a free slot, so a handler that finishes gets its next message
+// without a round trip, and the database works on several claims at once.
+// An idle queue is polled by one loop only (broker.IdleLoops). On an
 // ordered queue a claim holds at most one row of each group (see
 // Config.OrderedQueues), so its messages handed out at once are of different
 // groups and each group is still handled one message at a time. An ack
@@ -29,7 +35,10 @@
 // after RedeliveryDelay. A batch's acks and nacks are applied together in one
 // statement when the batch is done, sent with the next claim in one round
 // trip that commits both (or earlier, see Leases): a batch costs one commit,
-// however many of its messages were handled at once. Delivery is at least
+// however many of its messages were handled at once. Claims, settlements
+// and renewals commit without waiting for the disk (the consuming pool runs
+// with synchronous_commit off; decision 0039): a database crash can take one
+// back, which only brings a message back, never loses one. Delivery is at least
 // once. Order is publish order for a single subscriber that never nacks and
 // handles one message at a time; competing subscribers interleave.
 //
@@ -313,6 +322,11 @@ func New(ctx context.Context, cfg Config, logger watermill.LoggerAdapter) (*PubS
 	publishCfg.MaxConns = int32(cfg.MaxPublishConns)
 	consumeCfg := poolCfg.Copy()
 	consumeCfg.MaxConns = int32(cfg.MaxConns)
+	// The consuming pool only claims, settles and renews rows: its commits
+	// need not wait for the disk (decision 0039). Publishing has its own
+	// pool, which does.
+	consumeCfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	consumeCfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 
 	publishPool, err := pgxpool.NewWithConfig(ctx, publishCfg)
 	if err != nil {

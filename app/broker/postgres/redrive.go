@@ -52,7 +52,7 @@ func (p *PubSub) ReceiveBatches(ctx context.Context, topic string, size int) (br
 		sub: &subscription{
 			topic:         topic,
 			schema:        p.schema,
-			claimSQL:      p.schema.claimSQL(topic, p.cfg.OrderedQueues[topic]),
+			claims:        newClaimTexts(p.schema, topic, p.cfg.OrderedQueues[topic], p.cfg.ackDeadlineOf(topic)),
 			settleSQL:     p.schema.settleSQL(topic),
 			pool:          p.consumePool,
 			deadline:      p.cfg.ackDeadlineOf(topic),

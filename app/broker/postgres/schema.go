@@ -218,15 +218,19 @@ func nonNil(b []byte) []byte {
 // which settleSQL checks so that a subscriber whose lease ran out cannot
 // settle a row that another one has claimed since.
 //
-// The statement's text is the same for every claim of a subscription, which
-// builds it once (and pgx prepares it once per connection); claimArgs are
-// its parameters.
+// The limit and the lease are literals, not parameters: the statement then
+// has one plan whatever it is run with, which PostgreSQL makes once per
+// connection (pgx prepares the text once per connection). With LIMIT $1 it
+// planned the statement anew at every claim, since a generic plan with an
+// unknown limit is a sequential scan and a sort; that planning was about
+// 0.2 ms of a claim's 0.5 ms. A subscription builds each limit's text once
+// (claimTexts).
 //
 // On an ordered (FIFO) queue a row is claimable only while no earlier row of
 // its group is in the table: acked rows are deleted, so an earlier row of
 // the group that is still there is leased, delayed or about to be claimed,
 // and the later one must wait for it.
-func (s queueSchema) claimSQL(topic string, ordered bool) string {
+func (s queueSchema) claimSQL(topic string, ordered bool, limit int, lease time.Duration) string {
 	table := s.table(topic)
 	groupHead := ""
 	if ordered {
@@ -238,26 +242,46 @@ func (s queueSchema) claimSQL(topic string, ordered bool) string {
 	// The lease runs from the statement's start, so that the subscriber's
 	// estimate of its end (its own clock, read before sending, plus lease)
 	// is never later than the database's.
+	until := `statement_timestamp() + interval '` + strconv.FormatInt(lease.Microseconds(), 10) + ` microseconds'`
 	return `WITH claimable AS (
 				SELECT "offset" FROM ` + table + ` AS c
 				WHERE available_at <= clock_timestamp()` + groupHead + `
 				ORDER BY "offset"
-				LIMIT $1
+				LIMIT ` + strconv.Itoa(limit) + `
 				FOR UPDATE SKIP LOCKED
 			)
 			UPDATE ` + table + ` AS q
 			SET attempts = q.attempts + 1,
-				available_at = statement_timestamp() + $2::bigint * interval '1 microsecond',
-				claimed_until = statement_timestamp() + $2::bigint * interval '1 microsecond'
+				available_at = ` + until + `,
+				claimed_until = ` + until + `
 			FROM claimable
 			WHERE q."offset" = claimable."offset"
 			RETURNING q."offset", q.uuid, q.payload, q.metadata, q.attempts - 1, q.first_failed_at, q.attempts`
 }
 
-// claimArgs are the parameters of claimSQL: at most limit rows, leased for
-// lease.
-func claimArgs(limit int, lease time.Duration) []any {
-	return []any{limit, lease.Microseconds()}
+// claimTexts are one subscription's claim statements (claimSQL), each built
+// on first use: a subscription claims a few limits (its batch, the room left
+// beside the messages it has out).
+type claimTexts struct {
+	build func(limit int) string
+	texts map[int]string
+}
+
+func newClaimTexts(s queueSchema, topic string, ordered bool, lease time.Duration) *claimTexts {
+	return &claimTexts{
+		build: func(limit int) string { return s.claimSQL(topic, ordered, limit, lease) },
+		texts: map[int]string{},
+	}
+}
+
+// text is the statement claiming at most limit rows.
+func (c *claimTexts) text(limit int) string {
+	t, ok := c.texts[limit]
+	if !ok {
+		t = c.build(limit)
+		c.texts[limit] = t
+	}
+	return t
 }
 
 // SelectQuery is part of watermill-sql's SchemaAdapter, which only its

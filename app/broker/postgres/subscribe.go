@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -18,8 +19,9 @@ import (
 // Subscribe starts a subscription that competes with every other subscriber
 // of topic. The channel closes when ctx ends or the PubSub closes. Each
 // message must be acked or nacked before the next one arrives, unless ctx
-// asks for more at once (broker.WithConcurrency): then up to that many, at
-// most the rows of one claim, are handed out unsettled at once.
+// asks for more at once (broker.WithConcurrency): then up to that many are
+// handed out unsettled at once, by up to Config.Workers claim loops (never
+// more loops than messages asked for), each holding at most one claim's rows.
 func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if err := p.schema.checkTopic(topic); err != nil {
 		return nil, err
@@ -35,25 +37,37 @@ func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.M
 		return nil, err
 	}
 
-	sub := &subscription{
-		topic:     topic,
-		schema:    p.schema,
-		claimSQL:  p.schema.claimSQL(topic, p.cfg.OrderedQueues[topic]),
-		settleSQL: p.schema.settleSQL(topic),
-		pool:      p.consumePool,
-		batchSize: p.cfg.batchSizeOf(topic),
-		// At most the rows of one claim. An ordered queue needs no bound of
-		// its own: a claim holds at most one row of each group (the head;
-		// see claimSQL), and a group's next row is claimable only once its
-		// head is settled.
-		concurrency:     broker.ConcurrencyWithin(ctx, p.cfg.batchSizeOf(topic)),
-		deadline:        p.cfg.ackDeadlineOf(topic),
-		pollInterval:    p.cfg.PollInterval,
-		retryInterval:   p.cfg.RetryInterval,
-		redeliveryDelay: p.cfg.RedeliveryDelay,
-		logger:          p.logger.With(watermill.LogFields{"topic": topic}),
-		out:             make(chan *message.Message),
-		closing:         p.closing,
+	// An ordered queue needs no bound of its own: a claim holds at most one
+	// row of each group (the head; see claimSQL), and a group's next row is
+	// claimable only once its head is settled, whichever loop claimed it.
+	batch := p.cfg.batchSizeOf(topic)
+	n := broker.ConcurrencyWithin(ctx, batch)
+	loops := min(p.cfg.Workers, n)
+	out := make(chan *message.Message)
+	idle := broker.NewIdleLoops(loops)
+	slots := make(chan struct{}, n)
+	subs := make([]*subscription, loops)
+	for i := range subs {
+		subs[i] = &subscription{
+			topic:     topic,
+			schema:    p.schema,
+			claims:    newClaimTexts(p.schema, topic, p.cfg.OrderedQueues[topic], p.cfg.ackDeadlineOf(topic)),
+			settleSQL: p.schema.settleSQL(topic),
+			pool:      p.consumePool,
+			batchSize: batch,
+			// The loops share the concurrency asked for (slots): one of
+			// them may use all of it.
+			concurrency:     n,
+			slots:           slots,
+			deadline:        p.cfg.ackDeadlineOf(topic),
+			pollInterval:    p.cfg.PollInterval,
+			retryInterval:   p.cfg.RetryInterval,
+			redeliveryDelay: p.cfg.RedeliveryDelay,
+			logger:          p.logger.With(watermill.LogFields{"topic": topic}),
+			out:             out,
+			idle:            idle,
+			closing:         p.closing,
+		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	p.mu.Lock()
@@ -62,17 +76,21 @@ func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.M
 		cancel()
 		return nil, ErrClosed
 	}
-	p.subs[sub] = cancel
+	p.subs[subs[0]] = cancel
 	p.running.Add(1)
 	p.mu.Unlock()
 
 	go func() {
 		defer p.running.Done()
-		defer p.forget(sub)
-		defer close(sub.out)
-		sub.run(ctx)
+		defer p.forget(subs[0])
+		defer close(out)
+		var loops sync.WaitGroup
+		for _, sub := range subs {
+			loops.Go(func() { sub.run(ctx) })
+		}
+		loops.Wait()
 	}()
-	return sub.out, nil
+	return out, nil
 }
 
 func (p *PubSub) forget(sub *subscription) {
@@ -85,14 +103,16 @@ func (p *PubSub) forget(sub *subscription) {
 	}
 }
 
-// subscription is one Subscribe call's loop: claim a batch, hand its messages
-// out (concurrency at once), settle them, claim again.
+// subscription is one claim loop of a Subscribe call: claim a batch, hand
+// its messages out (concurrency at once), settle them, claim again. A
+// Subscribe call runs Config.Workers of them on one channel.
 type subscription struct {
 	topic  string
 	schema queueSchema
 	pool   *pgxpool.Pool
-	// claimSQL and settleSQL are the topic's statements, built once.
-	claimSQL, settleSQL string
+	// claims and settleSQL are the topic's statements, built once.
+	claims    *claimTexts
+	settleSQL string
 
 	batchSize       int
 	deadline        time.Duration
@@ -110,9 +130,37 @@ type subscription struct {
 	msgBase context.Context
 	// timer serves every claim's work in turn.
 	timer *time.Timer
-	// concurrency is how many messages are handed out unsettled at once:
-	// broker.ConcurrencyWithin of the subscription's context.
+	// concurrency is how many messages this loop hands out unsettled at
+	// once: its share of broker.ConcurrencyWithin of the subscription's
+	// context.
 	concurrency int
+	// idle parks the loops an idle queue does not need (nil: one loop).
+	idle *broker.IdleLoops
+	// slots holds a token per message handed out and not yet settled (or
+	// about to be offered), shared by the subscription's loops: they hand
+	// out up to its capacity at once between them. Nil: concurrency alone
+	// bounds this loop.
+	slots chan struct{}
+}
+
+// tryAcquireSlot takes a slot for the next offer if one is free.
+func (sub *subscription) tryAcquireSlot() bool {
+	if sub.slots == nil {
+		return true
+	}
+	select {
+	case sub.slots <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// releaseSlot gives back a slot taken by tryAcquireSlot or a wait for one.
+func (sub *subscription) releaseSlot() {
+	if sub.slots != nil {
+		<-sub.slots
+	}
 }
 
 // claimedRow is a row this subscription has claimed.
@@ -152,8 +200,13 @@ func (sub *subscription) run(ctx context.Context) {
 			sleep(ctx, sub.retryInterval)
 			continue
 		case len(rows) == 0:
-			sleep(ctx, sub.pollInterval)
+			if sub.park(ctx) {
+				sleep(ctx, sub.pollInterval)
+			}
 			continue
+		case len(rows) == sub.batchSize:
+			// The queue is busy: every loop claims.
+			sub.wake()
 		}
 		h := &held{rows: rows, leaseEnd: leaseEnd}
 		stalled := sub.work(ctx, h)
@@ -168,10 +221,24 @@ func (sub *subscription) run(ctx context.Context) {
 	}
 }
 
-// asyncCommit lets the commit of the transaction it runs in (a batch's
-// implicit one) return before its WAL is flushed: synchronous_commit off,
-// for that transaction only.
-const asyncCommit = "SET LOCAL synchronous_commit = off"
+// park is called after a claim that found nothing: the loop waits until
+// another finds the queue busy, unless it is the last one polling. It
+// reports whether the loop is to poll again after the poll interval (false:
+// it was woken, and claims at once, or ctx ended).
+func (sub *subscription) park(ctx context.Context) (poll bool) {
+	if sub.idle == nil {
+		return true
+	}
+	parked, ok := sub.idle.Park(ctx.Done())
+	return ok && !parked
+}
+
+// wake is called after a claim that came back full.
+func (sub *subscription) wake() {
+	if sub.idle != nil {
+		sub.idle.Wake()
+	}
+}
 
 // claim applies pending and claims up to limit rows, in offset order,
 // and returns when their lease ends by this clock. Both statements go in one
@@ -189,16 +256,16 @@ func (sub *subscription) claim(ctx context.Context, pending []settlement, limit 
 		b       pgx.Batch
 		claimed []claimedRow
 	)
-	// The batch's commit does not wait for its WAL to reach the disk
-	// (decision 0039): it only counts attempts, leases rows and settles
-	// handled ones, and what a database crash could take back of it is a
-	// settlement or a count, never a message — a row comes back and is
-	// delivered again. Publishing and the handlers' effects stay durable.
-	b.Queue(asyncCommit)
+	// The batch's commit does not wait for its WAL to reach the disk (the
+	// consuming pool's connections run with synchronous_commit off, decision
+	// 0039): it only counts attempts, leases rows and settles handled ones,
+	// and what a database crash could take back of it is a settlement or a
+	// count, never a message — a row comes back and is delivered again.
+	// Publishing and the handlers' effects stay durable.
 	if len(pending) > 0 {
 		b.Queue(sub.settleSQL, settleArgs(pending)...)
 	}
-	b.Queue(sub.claimSQL, claimArgs(limit, sub.deadline)...).Query(func(rows pgx.Rows) error {
+	b.Queue(sub.claims.text(limit)).Query(func(rows pgx.Rows) error {
 		// Scanned into the same variables row after row (pgx gives every
 		// row its own payload, metadata, uuid and time).
 		var (
@@ -342,11 +409,21 @@ func (sub *subscription) work(ctx context.Context, h *held) (stalled bool) {
 	)
 	timer := sub.timer
 	defer timer.Stop()
-	endIntake := func(stall bool) {
+	// haveSlot: this loop holds one of the subscription's slots for its next
+	// offer (sub.slots); a delivery handed out keeps it until settled.
+	haveSlot := false
+	dropOffer := func() {
 		if offer != nil {
 			offer.cancel()
 			offer = nil
 		}
+		if haveSlot {
+			sub.releaseSlot()
+			haveSlot = false
+		}
+	}
+	endIntake := func(stall bool) {
+		dropOffer()
 		stop = nil
 		stalled = stall
 		sub.giveBackRows(h)
@@ -356,6 +433,7 @@ func (sub *subscription) work(ctx context.Context, h *held) (stalled bool) {
 			endIntake(false)
 		}
 		if len(h.rows) == 0 && len(h.out) == 0 {
+			dropOffer() // a slot taken for rows lost since
 			return stalled
 		}
 		topUp := false
@@ -389,7 +467,11 @@ func (sub *subscription) work(ctx context.Context, h *held) (stalled bool) {
 			}
 			topUp = true
 		}
-		if offer == nil && stop != nil && len(h.rows) > 0 && len(h.out) < sub.concurrency {
+		wantOffer := offer == nil && stop != nil && len(h.rows) > 0 && len(h.out) < sub.concurrency
+		if wantOffer && !haveSlot {
+			haveSlot = sub.tryAcquireSlot()
+		}
+		if wantOffer && haveSlot {
 			if !fresh && time.Until(h.leaseEnd) < sub.deadline-sub.renewalAge() {
 				if !sub.renew(h) {
 					endIntake(false)
@@ -414,8 +496,13 @@ func (sub *subscription) work(ctx context.Context, h *held) (stalled bool) {
 			heartbeat time.Time
 			next      time.Time
 		)
+		var acquire chan<- struct{}
 		if offer != nil {
 			out, offered, next = sub.out, offer.row.msg, offerUntil
+		} else if wantOffer && !haveSlot {
+			// Every slot is taken by the subscription's other loops: wait
+			// for one, keeping the rows leased meanwhile.
+			acquire = sub.slots
 		}
 		if topUp {
 			next = earliestSet(next, topUpAt)
@@ -426,7 +513,7 @@ func (sub *subscription) work(ctx context.Context, h *held) (stalled bool) {
 			}
 			return time.Time{}
 		}
-		if len(h.out) > 0 {
+		if len(h.out) > 0 || acquire != nil {
 			heartbeat = earliestSet(renewAt(), checkAt)
 			next = earliestSet(next, heartbeat)
 			next = earliestSet(next, flushAt)
@@ -438,7 +525,10 @@ func (sub *subscription) work(ctx context.Context, h *held) (stalled bool) {
 		}
 		timer.Reset(time.Until(next))
 		select {
+		case acquire <- struct{}{}:
+			haveSlot = true
 		case out <- offered:
+			haveSlot = false // the delivery's now, until it is settled
 			fresh = false
 			offer.since = time.Now()
 			h.rows = h.rows[1:]
@@ -463,9 +553,14 @@ func (sub *subscription) work(ctx context.Context, h *held) (stalled bool) {
 				flushAt = time.Time{}
 				sub.flush(h)
 			}
-			if len(h.out) > 0 && !heartbeat.IsZero() && !now.Before(heartbeat) {
+			if !heartbeat.IsZero() && !now.Before(heartbeat) {
 				due := renewAt()
 				retryAt, checkAt = sub.heartbeat(h, now, !due.IsZero() && !now.Before(due))
+				if offer != nil && len(h.rows) == 0 {
+					// The rows were given back (a handler past its
+					// deadline) or lost, the one on offer with them.
+					dropOffer()
+				}
 			}
 		}
 	}
@@ -498,6 +593,7 @@ func watch(d *delivery, settled chan<- *delivery) {
 // context, unless its row was lost to another subscriber.
 func (sub *subscription) finish(h *held, d *delivery) {
 	h.out = slices.DeleteFunc(h.out, func(o *delivery) bool { return o == d })
+	sub.releaseSlot()
 	defer d.cancel() // the message's context ends with its settlement
 	r := d.row
 	if !d.lost {

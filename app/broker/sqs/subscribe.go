@@ -128,7 +128,7 @@ func (p *PubSub) Subscribe(ctx context.Context, topic string) (<-chan *message.M
 		slots:   make(chan struct{}, inFlight(ctx, p.cfg.batchSizeOf(topic)*p.cfg.Workers)),
 		settle:  make(chan settleRequest),
 		drained: make(chan struct{}),
-		idle:    newIdleReceivers(p.cfg.Workers),
+		idle:    broker.NewIdleLoops(p.cfg.Workers),
 	}
 	s.heartbeat = newHeartbeat(s, visibility)
 	s.stop, s.stopNow = context.WithCancel(ctx)
@@ -177,7 +177,7 @@ type subscription struct {
 	heartbeat *heartbeat
 
 	// idle parks the receivers an idle queue does not need.
-	idle idleReceivers
+	idle *broker.IdleLoops
 
 	workers    sync.WaitGroup
 	deliveries sync.WaitGroup
@@ -267,69 +267,14 @@ func (s *subscription) receiveLoop() {
 		}
 		retry.Reset()
 		if len(msgs) == 0 {
-			if !s.idle.park(s.stop.Done()) {
+			if _, ok := s.idle.Park(s.stop.Done()); !ok {
 				return
 			}
 			continue
 		}
-		s.idle.wake()
+		s.idle.Wake()
 		s.dispatch(msgs, received)
 	}
-}
-
-// idleReceivers keeps one receiver of a subscription long-polling while its
-// queue is idle, instead of all Config.Workers: SQS bills every empty
-// receive, and one poll sees the first message as soon as the others would.
-// A receiver whose receive came back empty parks, unless it is the last one
-// still active; any receive that brings messages wakes them all, so a
-// backlog is received at full width again. Parked receivers hold no slots
-// (they gave them back after their receive). All start active, so a backlog
-// present at start is drained at full width from the first receive.
-type idleReceivers struct {
-	mu sync.Mutex
-	// active counts the receivers not parked; never below 1, so some
-	// receiver always polls.
-	active, workers int
-	// woken is closed, and replaced, to wake every parked receiver at once.
-	woken chan struct{}
-}
-
-func newIdleReceivers(workers int) idleReceivers {
-	return idleReceivers{active: workers, workers: workers, woken: make(chan struct{})}
-}
-
-// park is called after a receive that brought nothing. The last active
-// receiver returns at once and polls on; any other waits for wake. It
-// reports false when stop closed first: the receiver is to end.
-func (r *idleReceivers) park(stop <-chan struct{}) bool {
-	r.mu.Lock()
-	if r.active == 1 {
-		r.mu.Unlock()
-		return true
-	}
-	r.active--
-	woken := r.woken
-	r.mu.Unlock()
-	select {
-	case <-woken:
-		return true
-	case <-stop:
-		return false
-	}
-}
-
-// wake is called after a receive that brought messages: more may follow, so
-// every parked receiver polls again. wake counts them active at once, so a
-// receiver that comes back empty before they run cannot take the count to 0.
-func (r *idleReceivers) wake() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.active == r.workers {
-		return
-	}
-	r.active = r.workers
-	close(r.woken)
-	r.woken = make(chan struct{})
 }
 
 // Short waits that buy full batches: SQS bills per request, and the emulator
