@@ -59,9 +59,9 @@ var _ pgx.Tx = (*PipelinedTx)(nil)
 // connection and what has not been sent on it yet.
 type session struct {
 	conn *pgxpool.Conn
-	// pending are the statements (BEGIN, SAVEPOINT) sent ahead of the next
-	// statement, in its pipeline.
-	pending []string
+	// pending are the statements (BEGIN, SAVEPOINT, and what ExecWithNext
+	// holds) sent ahead of the next statement, in its pipeline.
+	pending []pendingStatement
 	// begun is set once BEGIN was sent (whether or not it succeeded).
 	begun bool
 	// broken is the error of a pipeline whose BEGIN or SAVEPOINT failed: the
@@ -72,6 +72,36 @@ type session struct {
 	savepoints int64
 	closed     bool
 }
+
+// pendingStatement is a statement sent ahead of the next one: BEGIN or a
+// SAVEPOINT (held nil), or one ExecWithNext holds.
+type pendingStatement struct {
+	sql  string
+	args []any
+	held *Held
+}
+
+// Held is a statement ExecWithNext holds back to send it with the
+// transaction's next statement, and once it was sent, its outcome.
+type Held struct {
+	purpose string
+	sent    bool
+	err     error
+}
+
+// Outcome reports whether the statement was sent, and if so its error (nil:
+// it succeeded). A statement that was skipped because one before it in its
+// pipeline failed reports that failure.
+func (h *Held) Outcome() (sent bool, err error) { return h.sent, h.err }
+
+// ErrHeldFailed is returned by a statement whose pipeline carried a
+// statement held back by ExecWithNext that failed: the server skipped the
+// rest of the pipeline, this statement included, and the transaction is
+// aborted. The held statement's own error is its Held's Outcome; it is not
+// wrapped here, so that the caller of the statement does not take it for
+// one of its own (a unique violation of the inbox marker for one of the
+// effect's).
+var ErrHeldFailed = errors.New("dbtx: a statement sent ahead of this one failed")
 
 // heldBack is a statement sent with COMMIT.
 type heldBack struct {
@@ -90,7 +120,7 @@ func BeginPipelined(ctx context.Context, pool Acquirer) (*PipelinedTx, error) {
 	if err != nil {
 		return nil, fmt.Errorf("acquire: %w", err)
 	}
-	return &PipelinedTx{s: &session{conn: conn, pending: []string{beginSQL}}}, nil
+	return &PipelinedTx{s: &session{conn: conn, pending: []pendingStatement{{sql: beginSQL}}}}, nil
 }
 
 func (t *PipelinedTx) usable() error {
@@ -118,6 +148,43 @@ func (t *PipelinedTx) ExecAtCommit(purpose, sql string, args ...any) error {
 	return nil
 }
 
+// ExecWithNext holds sql back to send it, with args, in one pipeline with
+// the transaction's next statement, ahead of it (after a pending BEGIN or
+// SAVEPOINT), or with COMMIT when no statement follows: a write the
+// transaction must make whatever else it does, whose result it need not know
+// before its next statement (the inbox marker: it then costs no round trip
+// of its own). When it fails, the server skips the rest of its pipeline: the
+// statement it went with returns ErrHeldFailed, and Commit a rollback. Its
+// Held reports its outcome once sent. A savepoint rolled back before it was
+// sent drops it; one released keeps it for the next statement. purpose names
+// it in errors; args are kept, not copied, until it is sent.
+func (t *PipelinedTx) ExecWithNext(purpose, sql string, args ...any) (*Held, error) {
+	if err := t.usable(); err != nil {
+		return nil, err
+	}
+	h := &Held{purpose: purpose}
+	t.s.pending = append(t.s.pending, pendingStatement{sql: sql, args: args, held: h})
+	return h, nil
+}
+
+// Flush sends what is pending — BEGIN, SAVEPOINTs, what ExecWithNext holds
+// — at once, in one round trip of its own (nothing when nothing is): for a
+// transaction that must know a held statement's outcome before it goes on.
+func (t *PipelinedTx) Flush(ctx context.Context) error {
+	if err := t.usable(); err != nil {
+		return err
+	}
+	if len(t.s.pending) == 0 {
+		return nil
+	}
+	return t.flush(ctx)
+}
+
+// heldPending reports whether a statement ExecWithNext holds is pending.
+func (s *session) heldPending() bool {
+	return slices.ContainsFunc(s.pending, func(p pendingStatement) bool { return p.held != nil })
+}
+
 // Begin starts a savepoint inside t. Its SAVEPOINT is sent with the next
 // statement; one that ran nothing is released or rolled back without a round
 // trip.
@@ -127,7 +194,7 @@ func (t *PipelinedTx) Begin(_ context.Context) (pgx.Tx, error) {
 	}
 	s := t.s
 	s.savepoints++
-	s.pending = append(s.pending, savepointSQL("savepoint", s.savepoints))
+	s.pending = append(s.pending, pendingStatement{sql: savepointSQL("savepoint", s.savepoints)})
 	return &PipelinedTx{s: s, savepoint: s.savepoints, mark: len(s.atCommit)}, nil
 }
 
@@ -151,7 +218,8 @@ func (t *PipelinedTx) Commit(ctx context.Context) error {
 	if s.broken != nil {
 		return fmt.Errorf("transaction did not begin: %w (%w)", s.broken, pgx.ErrTxCommitRollback)
 	}
-	if !s.begun && len(s.atCommit) == 0 {
+	held := s.heldPending()
+	if !s.begun && len(s.atCommit) == 0 && !held {
 		return nil // nothing ran: nothing to commit
 	}
 	if s.begun && s.conn.Conn().PgConn().TxStatus() == 'E' {
@@ -159,7 +227,7 @@ func (t *PipelinedTx) Commit(ctx context.Context) error {
 		// reports the rollback as pgx's does.
 		return s.commit(ctx)
 	}
-	if s.begun && len(s.atCommit) == 0 {
+	if s.begun && len(s.atCommit) == 0 && !held {
 		return s.commit(ctx)
 	}
 	return s.commitHeldBack(ctx)
@@ -176,15 +244,24 @@ func (s *session) commit(ctx context.Context) error {
 	return nil
 }
 
-// commitHeldBack sends BEGIN when it was not sent yet, the held-back
-// statements and COMMIT in one pipeline. A held-back statement that fails
-// makes the server skip the rest of the pipeline, COMMIT included: the
-// transaction is then rolled back here.
+// commitHeldBack sends BEGIN when it was not sent yet, what ExecWithNext
+// still holds, the statements held back for the commit and COMMIT in one
+// pipeline. A held-back statement that fails makes the server skip the rest
+// of the pipeline, COMMIT included: the transaction is then rolled back here.
+// Pending savepoints ran nothing and are not sent.
 func (s *session) commitHeldBack(ctx context.Context) error {
 	b := &pgx.Batch{}
 	if !s.begun {
 		b.Queue(beginSQL)
 	}
+	var held []pendingStatement
+	for _, p := range s.pending {
+		if p.held != nil {
+			held = append(held, p)
+			b.Queue(p.sql, p.args...)
+		}
+	}
+	s.pending = nil
 	for _, h := range s.atCommit {
 		b.Queue(h.sql, h.args...)
 	}
@@ -194,7 +271,16 @@ func (s *session) commitHeldBack(ctx context.Context) error {
 		if !s.begun {
 			s.begun = true
 			if _, err := br.Exec(); err != nil {
+				failHeld(held, err)
 				return fmt.Errorf("begin: %w", err)
+			}
+		}
+		for i, p := range held {
+			_, err := br.Exec()
+			p.held.sent, p.held.err = true, err
+			if err != nil {
+				failHeld(held[i+1:], err)
+				return fmt.Errorf("%s: %w (%w)", p.held.purpose, err, pgx.ErrTxCommitRollback)
 			}
 		}
 		for _, h := range s.atCommit {
@@ -263,14 +349,33 @@ func (t *PipelinedTx) endSavepoint(ctx context.Context, verb string) error {
 	if rollback {
 		s.atCommit = s.atCommit[:min(t.mark, len(s.atCommit))]
 	}
-	// The savepoints begun after this one end with it, as on the server.
-	if i := slices.Index(s.pending, savepointSQL("savepoint", t.savepoint)); i >= 0 {
-		s.pending = s.pending[:i]
+	// The savepoints begun after this one end with it, as on the server;
+	// what ExecWithNext held since it began stays pending on a release (it
+	// was written inside it) and is dropped on a rollback.
+	name := savepointSQL("savepoint", t.savepoint)
+	if i := slices.IndexFunc(s.pending, func(p pendingStatement) bool { return p.sql == name && p.held == nil }); i >= 0 {
+		kept := slices.Clone(s.pending[:i])
+		if !rollback {
+			for _, p := range s.pending[i+1:] {
+				if p.held != nil {
+					kept = append(kept, p)
+				}
+			}
+		}
+		s.pending = kept
 		return nil
 	}
 	// Sent: BEGIN was sent with it, and what is still pending are
-	// savepoints begun after it.
-	s.pending = s.pending[:0]
+	// savepoints begun after it and statements held since.
+	var kept []pendingStatement
+	if !rollback {
+		for _, p := range s.pending {
+			if p.held != nil {
+				kept = append(kept, p)
+			}
+		}
+	}
+	s.pending = kept
 	if s.broken != nil {
 		return fmt.Errorf("transaction did not begin: %w", s.broken)
 	}
@@ -316,11 +421,11 @@ func (t *PipelinedTx) flush(ctx context.Context) error {
 // queuePending moves the pending statements into b, first.
 func (t *PipelinedTx) queuePending(b *pgx.Batch) *pgx.Batch {
 	s := t.s
-	for _, q := range s.pending {
-		if q == beginSQL {
+	for _, p := range s.pending {
+		if p.sql == beginSQL && p.held == nil {
 			s.begun = true
 		}
-		b.Queue(q)
+		b.Queue(p.sql, p.args...)
 	}
 	return b
 }
@@ -328,21 +433,41 @@ func (t *PipelinedTx) queuePending(b *pgx.Batch) *pgx.Batch {
 // readPending reads the results of the pending statements queuePending put
 // first in br, and clears them. A failed BEGIN breaks the transaction; a
 // failed SAVEPOINT (the transaction was already aborted) is returned as the
-// statement's error, as pgx's Begin would.
+// statement's error, as pgx's Begin would; a failed statement ExecWithNext
+// held is its Held's outcome, and the statement after it gets ErrHeldFailed.
 func (t *PipelinedTx) readPending(br pgx.BatchResults) error {
 	s := t.s
 	sent := s.pending
 	s.pending = nil
-	for _, q := range sent {
-		if _, err := br.Exec(); err != nil {
-			if q == beginSQL {
-				s.broken = err
-				return fmt.Errorf("transaction did not begin: %w", err)
-			}
-			return fmt.Errorf("%s: %w", q, err)
+	for i, p := range sent {
+		_, err := br.Exec()
+		if p.held != nil {
+			p.held.sent, p.held.err = true, err
 		}
+		if err == nil {
+			continue
+		}
+		failHeld(sent[i+1:], err)
+		switch {
+		case p.held != nil:
+			return fmt.Errorf("%w (%s)", ErrHeldFailed, p.held.purpose)
+		case p.sql == beginSQL:
+			s.broken = err
+			return fmt.Errorf("transaction did not begin: %w", err)
+		}
+		return fmt.Errorf("%s: %w", p.sql, err)
 	}
 	return nil
+}
+
+// failHeld records, for the held statements among ps, that they did not run
+// because err failed their pipeline before them.
+func failHeld(ps []pendingStatement, err error) {
+	for _, p := range ps {
+		if p.held != nil {
+			p.held.sent, p.held.err = true, fmt.Errorf("not run: %w", err)
+		}
+	}
 }
 
 // Exec runs sql in the transaction (in one pipeline with a pending BEGIN or

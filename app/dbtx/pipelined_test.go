@@ -111,6 +111,22 @@ func TestInTxRoundTrips(t *testing.T) {
 				return e.insert(ctx, tx, id)
 			}
 		}, 3},
+		{"one held for the next statement", func(e txEnv, id string) func(context.Context, pgx.Tx) error {
+			return func(ctx context.Context, tx pgx.Tx) error {
+				// BEGIN, the held row and the statement in one pipeline;
+				// COMMIT.
+				if _, err := tx.(*dbtx.PipelinedTx).ExecWithNext("first row", `INSERT INTO `+e.table+` (id) VALUES ($1)`, id+"-a"); err != nil {
+					return err
+				}
+				return e.insert(ctx, tx, id)
+			}
+		}, 2},
+		{"only held for the next statement", func(e txEnv, id string) func(context.Context, pgx.Tx) error {
+			return func(_ context.Context, tx pgx.Tx) error {
+				_, err := tx.(*dbtx.PipelinedTx).ExecWithNext("row", `INSERT INTO `+e.table+` (id) VALUES ($1)`, id)
+				return err
+			}
+		}, 1},
 		{"a savepoint with one statement", func(e txEnv, id string) func(context.Context, pgx.Tx) error {
 			return func(ctx context.Context, _ pgx.Tx) error {
 				// BEGIN, SAVEPOINT and the insert in one pipeline;
@@ -485,4 +501,119 @@ func TestInTxBeginsPipelinedOnlyOnAPool(t *testing.T) {
 		require.NoError(t, err)
 		assert.True(t, e.has(t, tc.name))
 	}
+}
+
+// A statement held for the next one goes in its pipeline, ahead of it:
+// its outcome is known once that statement returns; when it fails, the
+// statement is skipped (ErrHeldFailed, which does not unwrap to the held
+// statement's error) and the transaction commits nothing.
+func TestPipelinedExecWithNext(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	insertSQL := func(e txEnv) string { return `INSERT INTO ` + e.table + ` (id) VALUES ($1)` }
+
+	t.Run("succeeds", func(t *testing.T) {
+		t.Parallel()
+		e := newTxEnv(t)
+		tx := e.begin(t)
+		held, err := tx.ExecWithNext("marker", insertSQL(e), "m")
+		require.NoError(t, err)
+		sent, _ := held.Outcome()
+		assert.False(t, sent, "held until the next statement")
+		require.NoError(t, e.insert(ctx, tx, "a"))
+		sent, herr := held.Outcome()
+		assert.True(t, sent)
+		require.NoError(t, herr)
+		require.NoError(t, tx.Commit(ctx))
+		assert.True(t, e.has(t, "m") && e.has(t, "a"))
+	})
+
+	t.Run("fails: the next statement is skipped", func(t *testing.T) {
+		t.Parallel()
+		e := newTxEnv(t)
+		require.NoError(t, e.insert(ctx, e.pool, "m"))
+		tx := e.begin(t)
+		held, err := tx.ExecWithNext("marker", insertSQL(e), "m")
+		require.NoError(t, err)
+		err = e.insert(ctx, tx, "a")
+		require.ErrorIs(t, err, dbtx.ErrHeldFailed)
+		_, isPg := errors.AsType[*pgconn.PgError](err)
+		assert.False(t, isPg, "the held statement's error is not the caller's: %v", err)
+		sent, herr := held.Outcome()
+		assert.True(t, sent)
+		pgErr, ok := errors.AsType[*pgconn.PgError](herr)
+		require.True(t, ok, "held outcome: %v", herr)
+		assert.Equal(t, "23505", pgErr.Code)
+		require.ErrorIs(t, tx.Commit(ctx), pgx.ErrTxCommitRollback)
+		assert.False(t, e.has(t, "a"), "nothing of the transaction committed")
+	})
+
+	t.Run("no statement follows: sent with COMMIT", func(t *testing.T) {
+		t.Parallel()
+		e := newTxEnv(t)
+		require.NoError(t, e.insert(ctx, e.pool, "dup"))
+		tx := e.begin(t)
+		ok, err := tx.ExecWithNext("marker", insertSQL(e), "m")
+		require.NoError(t, err)
+		require.NoError(t, tx.ExecAtCommit("row", insertSQL(e), "b"))
+		require.NoError(t, tx.Commit(ctx))
+		assert.True(t, e.has(t, "m") && e.has(t, "b"))
+		sent, herr := ok.Outcome()
+		assert.True(t, sent)
+		require.NoError(t, herr)
+
+		tx = e.begin(t)
+		dup, err := tx.ExecWithNext("marker", insertSQL(e), "dup")
+		require.NoError(t, err)
+		require.NoError(t, tx.ExecAtCommit("row", insertSQL(e), "c"))
+		err = tx.Commit(ctx)
+		require.ErrorIs(t, err, pgx.ErrTxCommitRollback)
+		assert.Contains(t, err.Error(), "marker")
+		sent, herr = dup.Outcome()
+		assert.True(t, sent)
+		require.Error(t, herr)
+		assert.False(t, e.has(t, "c"), "rolled back")
+	})
+
+	t.Run("rolled back before it was sent", func(t *testing.T) {
+		t.Parallel()
+		e := newTxEnv(t)
+		tx := e.begin(t)
+		held, err := tx.ExecWithNext("marker", insertSQL(e), "m")
+		require.NoError(t, err)
+		require.NoError(t, tx.Rollback(ctx))
+		sent, _ := held.Outcome()
+		assert.False(t, sent)
+		assert.Equal(t, int64(0), e.trips.Count(), "nothing sent")
+		assert.False(t, e.has(t, "m"))
+	})
+
+	t.Run("savepoints", func(t *testing.T) {
+		t.Parallel()
+		e := newTxEnv(t)
+		tx := e.begin(t)
+		// Held inside a savepoint rolled back before anything was sent:
+		// dropped with it.
+		sp, err := tx.Begin(ctx)
+		require.NoError(t, err)
+		dropped, err := sp.(*dbtx.PipelinedTx).ExecWithNext("dropped", insertSQL(e), "x")
+		require.NoError(t, err)
+		require.NoError(t, sp.Rollback(ctx))
+		// Held inside a savepoint released before anything was sent: kept
+		// for the next statement.
+		sp, err = tx.Begin(ctx)
+		require.NoError(t, err)
+		kept, err := sp.(*dbtx.PipelinedTx).ExecWithNext("kept", insertSQL(e), "y")
+		require.NoError(t, err)
+		require.NoError(t, sp.Commit(ctx))
+		require.NoError(t, e.insert(ctx, tx, "z"))
+		require.NoError(t, tx.Commit(ctx))
+		sent, _ := dropped.Outcome()
+		assert.False(t, sent)
+		sent, kerr := kept.Outcome()
+		assert.True(t, sent)
+		require.NoError(t, kerr)
+		assert.False(t, e.has(t, "x"))
+		assert.True(t, e.has(t, "y") && e.has(t, "z"))
+	})
 }

@@ -26,13 +26,18 @@ type Store interface {
 	// Process runs effect unless (consumer, messageID) was already
 	// processed. The marker and the effect commit together: on the
 	// Postgres store, effect's ctx carries the transaction (dbtx.From) and
-	// the effect must write through it. An effect error rolls everything
-	// back, marker included, and is returned unchanged. A message already
-	// processed returns an error of class failure.Duplicate that wraps
-	// ErrProcessed; a concurrent Process of the same message waits for the
+	// the effect must write through it; the effect is its statements. An
+	// effect error rolls everything back, marker included, and is returned
+	// unchanged. A message already processed returns an error of class
+	// failure.Duplicate that wraps ErrProcessed, and none of its effect
+	// commits; a concurrent Process of the same message waits for the
 	// first one to finish, then runs (if it failed) or reports the
-	// duplicate (if it committed). An empty consumer or message id is a
-	// failure.Permanent error: a missing id is never synthesised or passed.
+	// duplicate (if it committed). On the Postgres store the marker goes
+	// with the effect's first statement (see Postgres.Process): a
+	// duplicate's effect runs up to it, and the wait is at it; the memory
+	// twin never runs a duplicate's effect. An empty consumer or message
+	// id is a failure.Permanent error: a missing id is never synthesised
+	// or passed.
 	Process(ctx context.Context, consumer, messageID string, effect func(ctx context.Context) error) error
 	// Unmark removes the marker so the message may be processed again:
 	// StackUp §6 — a message dead-lettered without an answer can be

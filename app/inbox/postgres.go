@@ -47,28 +47,87 @@ func (p *Postgres) Close() { p.holder.close() }
 // carries one (dbtx.WithTx), a savepoint inside it, so the caller's commit
 // decides — inserts the marker and runs effect with ctx carrying that
 // transaction. A concurrent Process of the same message blocks on the primary
-// key until the first transaction ends. The marker is answered before effect
-// runs; in a transaction of its own (a dbtx.PipelinedTx) it goes in one round
-// trip with BEGIN, so a one-statement effect costs three round trips in all.
+// key until the first transaction ends.
+//
+// In a transaction of its own (a dbtx.PipelinedTx) the marker costs no round
+// trip: it goes in one pipeline with BEGIN and effect's first statement,
+// ahead of it (or with COMMIT when effect runs none), so a one-statement
+// effect costs two round trips in all, as many as the effect alone in pgx's
+// transaction. The marker decides: for a duplicate, its unique violation
+// makes the server skip effect's statements (they return
+// dbtx.ErrHeldFailed) and Process returns failure.Duplicate whatever effect
+// returned (an effect that fails before its first statement has the marker
+// sent on its own first); nothing of effect commits. What effect does before its first
+// statement runs for a duplicate too: an effect is its statements (a read,
+// such as fetching the document to record, may come first). Inside a
+// caller's transaction the marker is its own statement, answered before
+// effect runs, so that a duplicate is known before the caller commits.
 func (p *Postgres) Process(ctx context.Context, consumer, messageID string, effect func(ctx context.Context) error) (err error) {
 	if err := checkKey(consumer, messageID); err != nil {
 		return err
 	}
-	return dbtx.InTx(ctx, p.pool, func(ctx context.Context, tx pgx.Tx) error {
+	_, nested := dbtx.From(ctx)
+	var marker *dbtx.Held
+	err = dbtx.InTx(ctx, p.pool, func(ctx context.Context, tx pgx.Tx) error {
 		// A plain INSERT, not the ON CONFLICT of mark: the transaction (or
 		// savepoint) is ours and the marker its first statement, so a
 		// duplicate's unique violation only ends what InTx rolls back
 		// anyway, and the insert costs the server less: no speculative
 		// insertion, 2 WAL records instead of 3 (decision 0038).
-		_, err := tx.Exec(ctx, `INSERT INTO `+p.table+` (consumer, message_id) VALUES ($1, $2)`, consumer, messageID)
-		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == uniqueViolation {
-			return duplicate(consumer, messageID)
+		insert := `INSERT INTO ` + p.table + ` (consumer, message_id) VALUES ($1, $2)`
+		if ptx, ok := tx.(*dbtx.PipelinedTx); ok && !nested {
+			held, err := ptx.ExecWithNext("inbox marker", insert, consumer, messageID)
+			if err != nil {
+				return err
+			}
+			marker = held
+			err = effect(ctx)
+			if sent, _ := marker.Outcome(); err != nil && !sent {
+				// An effect that failed before its first statement: a
+				// duplicate is still reported as one (and acknowledged),
+				// whatever its effect would do now — the document it read
+				// may be gone. One round trip, on the error path only.
+				_ = ptx.Flush(ctx)
+			}
+			if merr := markerFailure(marker, consumer, messageID); merr != nil {
+				return merr
+			}
+			return err
 		}
-		if err != nil {
-			return fmt.Errorf("inbox: consumer %q, message %q: mark: %w", consumer, messageID, err)
+		_, err := tx.Exec(ctx, insert, consumer, messageID)
+		if err := markError(err, consumer, messageID); err != nil {
+			return err
 		}
 		return effect(ctx)
 	})
+	if marker != nil {
+		// Sent with COMMIT when effect ran no statement.
+		if merr := markerFailure(marker, consumer, messageID); merr != nil {
+			return merr
+		}
+	}
+	return err
+}
+
+// markerFailure is the error of a marker held for effect's first statement,
+// once sent and failed: failure.Duplicate for a unique violation.
+func markerFailure(marker *dbtx.Held, consumer, messageID string) error {
+	if sent, err := marker.Outcome(); sent {
+		return markError(err, consumer, messageID)
+	}
+	return nil
+}
+
+// markError is the error of the marker's INSERT: failure.Duplicate for a
+// unique violation.
+func markError(err error, consumer, messageID string) error {
+	if err == nil {
+		return nil
+	}
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == uniqueViolation {
+		return duplicate(consumer, messageID)
+	}
+	return fmt.Errorf("inbox: consumer %q, message %q: mark: %w", consumer, messageID, err)
 }
 
 // uniqueViolation is PostgreSQL's SQLSTATE of a duplicate key.

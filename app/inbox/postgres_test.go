@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -20,11 +21,9 @@ import (
 
 func TestPostgres(t *testing.T) {
 	t.Parallel()
-	runSuite(t, func(t *testing.T) inbox.Store {
-		pool, schema := dbtest.Schema(t)
-		s, err := inbox.NewPostgres(pool, schema)
-		require.NoError(t, err)
-		return s
+	runSuite(t, func(t *testing.T) suiteStore {
+		s, e := newEffects(t)
+		return suiteStore{Store: s, write: e.insert(nil), committed: e.count}
 	})
 }
 
@@ -190,9 +189,12 @@ func newTracedEffects(t *testing.T) (*inbox.Postgres, effectsTable, *dbtest.Roun
 	return s, e, trips
 }
 
-// Process of a one-statement effect is three round trips: BEGIN with the
-// marker, the effect, COMMIT (pgx's own transaction spends four). The
-// marker is still sent before the effect runs: a duplicate is known first.
+// Process of a one-statement effect is two round trips: BEGIN, the marker
+// and the effect's statement in one pipeline, COMMIT (pgx's own transaction
+// spends four; the effect alone in pgx's transaction three). Inside a
+// caller's transaction the marker is sent before the effect runs. A
+// duplicate is reported as one even when its effect fails before any
+// statement.
 func TestPostgresProcessRoundTrips(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -204,7 +206,7 @@ func TestPostgresProcessRoundTrips(t *testing.T) {
 	}{
 		{"own transaction", func(ctx context.Context, _ *pgxpool.Pool, process func(ctx context.Context) error) error {
 			return process(ctx)
-		}, 3},
+		}, 2},
 		// BEGIN, SAVEPOINT and the marker; the effect; RELEASE; COMMIT.
 		{"inside the caller's transaction", func(ctx context.Context, pool *pgxpool.Pool, process func(ctx context.Context) error) error {
 			return dbtx.InTx(ctx, pool, func(ctx context.Context, _ pgx.Tx) error { return process(ctx) })
@@ -302,4 +304,31 @@ func TestPostgresDuplicateInsideTheCallersTransaction(t *testing.T) {
 		require.NoError(t, tx.Commit(ctx), name)
 	}
 	assert.Equal(t, 3, effects.count(t), "m1 once, and each transaction's own message")
+}
+
+// In its own transaction Process sends the marker with the effect's first
+// statement: a duplicate's effect runs up to that statement, which the
+// server then skips (dbtx.ErrHeldFailed, not the marker's own unique
+// violation, so that the effect cannot take it for one of its own), and
+// Process reports the duplicate whatever the effect returned: here an
+// effect that swallows its statement's error.
+func TestPostgresDuplicateEffectCommitsNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, effects := newEffects(t)
+	require.NoError(t, s.Process(ctx, "c", "m1", effects.insert(nil)))
+
+	var ran bool
+	var stmtErr error
+	err := s.Process(ctx, "c", "m1", func(ctx context.Context) error {
+		ran = true
+		stmtErr = effects.insert(nil)(ctx)
+		return nil // swallowed
+	})
+	assert.Equal(t, failure.Duplicate, failure.Of(err), "%v", err)
+	assert.True(t, ran, "the effect ran up to its first statement")
+	require.ErrorIs(t, stmtErr, dbtx.ErrHeldFailed)
+	_, isPg := errors.AsType[*pgconn.PgError](stmtErr)
+	assert.False(t, isPg, "%v", stmtErr)
+	assert.Equal(t, 1, effects.count(t), "the duplicate's row never committed")
 }

@@ -15,35 +15,45 @@ import (
 	"github.com/eventpipe/eventpipe/app/inbox"
 )
 
+// suiteStore is a store under the suite, with what an effect on it writes.
+// What the suite counts is what committed: on PostgreSQL an effect is its
+// statements in Process's transaction, and a duplicate's never commit (its
+// code before its first statement may run: the marker goes with that
+// statement); the memory twin runs a duplicate's effect not at all, so there
+// a run is a commit.
+type suiteStore struct {
+	inbox.Store
+	// write is an effect's write: a row through ctx's transaction on
+	// PostgreSQL, a counted run on the memory twin.
+	write func(ctx context.Context) error
+	// committed counts the writes that committed.
+	committed func(t *testing.T) int
+}
+
 // runSuite is the one behaviour every Store shares; each store's test calls
 // it with a constructor that returns a fresh, empty store.
-func runSuite(t *testing.T, newStore func(t *testing.T) inbox.Store) {
+func runSuite(t *testing.T, newStore func(t *testing.T) suiteStore) {
 	t.Helper()
 	ctx := context.Background()
-	count := func(n *atomic.Int32) func(context.Context) error {
-		return func(context.Context) error { n.Add(1); return nil }
-	}
 
 	t.Run("runs once then reports a duplicate", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
-		var n atomic.Int32
-		require.NoError(t, s.Process(ctx, "c", "m1", count(&n)))
-		err := s.Process(ctx, "c", "m1", count(&n))
+		require.NoError(t, s.Process(ctx, "c", "m1", s.write))
+		err := s.Process(ctx, "c", "m1", s.write)
 		require.Error(t, err)
 		assert.Equal(t, failure.Duplicate, failure.Of(err))
 		assert.ErrorIs(t, err, inbox.ErrProcessed)
-		assert.Equal(t, int32(1), n.Load())
+		assert.Equal(t, 1, s.committed(t))
 	})
 
 	t.Run("consumers are independent", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
-		var n atomic.Int32
-		require.NoError(t, s.Process(ctx, "a", "m1", count(&n)))
-		require.NoError(t, s.Process(ctx, "b", "m1", count(&n)))
-		require.NoError(t, s.Process(ctx, "a", "m2", count(&n)))
-		assert.Equal(t, int32(3), n.Load())
+		require.NoError(t, s.Process(ctx, "a", "m1", s.write))
+		require.NoError(t, s.Process(ctx, "b", "m1", s.write))
+		require.NoError(t, s.Process(ctx, "a", "m2", s.write))
+		assert.Equal(t, 3, s.committed(t))
 	})
 
 	t.Run("effect error is returned unchanged and leaves no mark", func(t *testing.T) {
@@ -52,9 +62,8 @@ func runSuite(t *testing.T, newStore func(t *testing.T) inbox.Store) {
 		boom := errors.New("boom")
 		err := s.Process(ctx, "c", "m1", func(context.Context) error { return boom })
 		assert.Same(t, boom, err) //nolint:testifylint // the very error, not a wrap
-		var n atomic.Int32
-		require.NoError(t, s.Process(ctx, "c", "m1", count(&n)))
-		assert.Equal(t, int32(1), n.Load())
+		require.NoError(t, s.Process(ctx, "c", "m1", s.write))
+		assert.Equal(t, 1, s.committed(t))
 	})
 
 	t.Run("panicking effect leaves no mark", func(t *testing.T) {
@@ -64,33 +73,33 @@ func runSuite(t *testing.T, newStore func(t *testing.T) inbox.Store) {
 			defer func() { assert.NotNil(t, recover()) }()
 			_ = s.Process(ctx, "c", "m1", func(context.Context) error { panic("boom") })
 		}()
-		var n atomic.Int32
-		require.NoError(t, s.Process(ctx, "c", "m1", count(&n)))
-		assert.Equal(t, int32(1), n.Load())
+		require.NoError(t, s.Process(ctx, "c", "m1", s.write))
+		assert.Equal(t, 1, s.committed(t))
 	})
 
 	t.Run("empty id or consumer is permanent and runs nothing", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
-		var n atomic.Int32
 		for _, k := range [][2]string{{"c", ""}, {"", "m1"}} {
-			err := s.Process(ctx, k[0], k[1], count(&n))
+			err := s.Process(ctx, k[0], k[1], s.write)
 			require.Error(t, err)
 			assert.Equal(t, failure.Permanent, failure.Of(err), "%q", k)
 			assert.Equal(t, failure.Permanent, failure.Of(s.Unmark(ctx, k[0], k[1])), "%q", k)
 		}
-		assert.Equal(t, int32(0), n.Load())
+		assert.Equal(t, 0, s.committed(t))
 	})
 
 	t.Run("concurrent deliveries run the effect exactly once", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
-		var n, dups atomic.Int32
+		var dups atomic.Int32
 		var wg sync.WaitGroup
 		for range 8 {
 			wg.Go(func() {
-				err := s.Process(ctx, "c", "m1", func(context.Context) error {
-					n.Add(1)
+				err := s.Process(ctx, "c", "m1", func(ctx context.Context) error {
+					if err := s.write(ctx); err != nil {
+						return err
+					}
 					time.Sleep(30 * time.Millisecond)
 					return nil
 				})
@@ -102,7 +111,7 @@ func runSuite(t *testing.T, newStore func(t *testing.T) inbox.Store) {
 			})
 		}
 		wg.Wait()
-		assert.Equal(t, int32(1), n.Load())
+		assert.Equal(t, 1, s.committed(t))
 		assert.Equal(t, int32(7), dups.Load())
 	})
 
@@ -112,7 +121,10 @@ func runSuite(t *testing.T, newStore func(t *testing.T) inbox.Store) {
 		entered, release := make(chan struct{}), make(chan struct{})
 		first := make(chan error, 1)
 		go func() {
-			first <- s.Process(ctx, "c", "m1", func(context.Context) error {
+			first <- s.Process(ctx, "c", "m1", func(ctx context.Context) error {
+				if err := s.write(ctx); err != nil {
+					return err
+				}
 				close(entered)
 				<-release
 				return errors.New("first attempt failed")
@@ -122,7 +134,13 @@ func runSuite(t *testing.T, newStore func(t *testing.T) inbox.Store) {
 		second := make(chan error, 1)
 		var ran atomic.Bool
 		go func() {
-			second <- s.Process(ctx, "c", "m1", func(context.Context) error { ran.Store(true); return nil })
+			second <- s.Process(ctx, "c", "m1", func(ctx context.Context) error {
+				if err := s.write(ctx); err != nil {
+					return err
+				}
+				ran.Store(true)
+				return nil
+			})
 		}()
 		select {
 		case err := <-second:
@@ -183,37 +201,34 @@ func runSuite(t *testing.T, newStore func(t *testing.T) inbox.Store) {
 	t.Run("unmark allows processing again", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
-		var n atomic.Int32
-		require.NoError(t, s.Process(ctx, "c", "m1", count(&n)))
+		require.NoError(t, s.Process(ctx, "c", "m1", s.write))
 		require.NoError(t, s.Unmark(ctx, "c", "m1"))
 		require.NoError(t, s.Unmark(ctx, "c", "never-seen"))
-		require.NoError(t, s.Process(ctx, "c", "m1", count(&n)))
-		assert.Equal(t, int32(2), n.Load())
+		require.NoError(t, s.Process(ctx, "c", "m1", s.write))
+		assert.Equal(t, 2, s.committed(t))
 	})
 
 	t.Run("cleanup deletes only markers older than the ttl", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
-		var n atomic.Int32
-		require.NoError(t, s.Process(ctx, "c", "m1", count(&n)))
-		require.NoError(t, s.Process(ctx, "c", "m2", count(&n)))
+		require.NoError(t, s.Process(ctx, "c", "m1", s.write))
+		require.NoError(t, s.Process(ctx, "c", "m2", s.write))
 		time.Sleep(60 * time.Millisecond)
-		require.NoError(t, s.Process(ctx, "c", "m3", count(&n)))
+		require.NoError(t, s.Process(ctx, "c", "m3", s.write))
 		deleted, err := s.Cleanup(ctx, time.Hour)
 		require.NoError(t, err)
 		assert.Equal(t, int64(0), deleted)
 		deleted, err = s.Cleanup(ctx, 40*time.Millisecond)
 		require.NoError(t, err)
 		assert.Equal(t, int64(2), deleted)
-		require.NoError(t, s.Process(ctx, "c", "m1", count(&n)), "cleaned marker")
-		assert.Equal(t, failure.Duplicate, failure.Of(s.Process(ctx, "c", "m3", count(&n))), "young marker kept")
+		require.NoError(t, s.Process(ctx, "c", "m1", s.write), "cleaned marker")
+		assert.Equal(t, failure.Duplicate, failure.Of(s.Process(ctx, "c", "m3", s.write)), "young marker kept")
 	})
 
 	t.Run("janitor cleans periodically until stopped", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
-		var n atomic.Int32
-		require.NoError(t, s.Process(ctx, "c", "m1", count(&n)))
+		require.NoError(t, s.Process(ctx, "c", "m1", s.write))
 		jctx, stop := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() {
@@ -235,5 +250,12 @@ func runSuite(t *testing.T, newStore func(t *testing.T) inbox.Store) {
 
 func TestMemory(t *testing.T) {
 	t.Parallel()
-	runSuite(t, func(*testing.T) inbox.Store { return inbox.NewMemory() })
+	runSuite(t, func(*testing.T) suiteStore {
+		var runs atomic.Int32
+		return suiteStore{
+			Store:     inbox.NewMemory(),
+			write:     func(context.Context) error { runs.Add(1); return nil },
+			committed: func(*testing.T) int { return int(runs.Load()) },
+		}
+	})
 }

@@ -96,8 +96,10 @@ func (f *flow) reversalRef(t *testing.T, id string) string {
 	return r.Reference
 }
 
-// effects wraps the store, counts the effects that ran and fails
-// ScheduleReminder while failReminders > 0.
+// effects wraps the store, counts the effects whose statements succeeded
+// (a duplicate's effect runs up to its first statement, which the inbox
+// marker sent with it makes fail: decision 0042) and fails ScheduleReminder
+// while failReminders > 0.
 type effects struct {
 	disputes.Store
 	failReminders atomic.Int64
@@ -112,18 +114,23 @@ func (e *effects) ScheduleReminder(ctx context.Context, r disputes.Reminder) err
 	if e.failReminders.Add(-1) >= 0 {
 		return errConnReset
 	}
-	e.reminders.Add(1)
-	return e.Store.ScheduleReminder(ctx, r)
+	return counted(&e.reminders, e.Store.ScheduleReminder(ctx, r))
 }
 
 func (e *effects) EnqueueReview(ctx context.Context, r disputes.ReviewEntry) error {
-	e.reviews.Add(1)
-	return e.Store.EnqueueReview(ctx, r)
+	return counted(&e.reviews, e.Store.EnqueueReview(ctx, r))
 }
 
 func (e *effects) RefreshKBStats(ctx context.Context, eventID string) error {
-	e.refreshes.Add(1)
-	return e.Store.RefreshKBStats(ctx, eventID)
+	return counted(&e.refreshes, e.Store.RefreshKBStats(ctx, eventID))
+}
+
+// counted adds one to n when err is nil, and returns err.
+func counted(n *atomic.Int64, err error) error {
+	if err == nil {
+		n.Add(1)
+	}
+	return err
 }
 
 // deliveries counts handler calls per message id.
