@@ -2,7 +2,9 @@ package postgres
 
 import (
 	"context"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -31,4 +33,19 @@ func CommitModes(ctx context.Context, p *PubSub) (publish, consume string, err e
 	}
 	err = p.consumePool.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&consume)
 	return publish, consume, err
+}
+
+// ExplainClaim is the plan of a claim of batch rows of topic on a connection
+// of the consuming pool, or of the publishing pool.
+func ExplainClaim(ctx context.Context, p *PubSub, topic string, batch int, consuming bool) (string, error) {
+	pool := p.publishPool
+	if consuming {
+		pool = p.consumePool
+	}
+	rows, err := pool.Query(ctx, "EXPLAIN "+p.schema.claimSQL(topic, false, batch, time.Minute))
+	if err != nil {
+		return "", err
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return strings.Join(lines, "\n"), err
 }

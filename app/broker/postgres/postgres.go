@@ -326,7 +326,17 @@ func New(ctx context.Context, cfg Config, logger watermill.LoggerAdapter) (*PubS
 	// need not wait for the disk (decision 0039). Publishing has its own
 	// pool, which does.
 	consumeCfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	// Its statements find rows by offset, a primary-key lookup whatever the
+	// table holds; but a plan is cached per connection, and one made while a
+	// queue table was small joined a claim's rows to the table by a
+	// sequential scan, which a table grown since (live rows, and the dead
+	// ones of every settled message until vacuum) made cost milliseconds per
+	// claim: the Postgres end-to-end benchmark's slow mode, 0.2-0.35x of raw
+	// pgx (decision 0041). Without sequential scans the planner takes the
+	// index whatever the statistics said when it planned.
+	consumeCfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
 	consumeCfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	consumeCfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
 
 	publishPool, err := pgxpool.NewWithConfig(ctx, publishCfg)
 	if err != nil {

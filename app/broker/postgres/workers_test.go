@@ -178,3 +178,30 @@ func TestOnlyTheConsumingPoolCommitsAsynchronously(t *testing.T) {
 	assert.Equal(t, "off", consume)
 	assert.Equal(t, "on", publish, "the test server's default, untouched")
 }
+
+// A claim finds its rows by offset through the primary key on the consuming
+// pool whatever the table's statistics say. Planned on a small table, as a
+// connection's cached plan may have been, it would join them by a
+// sequential scan of the table — the publishing pool, with PostgreSQL's
+// defaults, shows that plan — which a table grown since makes slow.
+func TestClaimsUseThePrimaryKeyWhateverTheStatistics(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	ps := newPubSub(t, cfg)
+	topic := brokertest.Topic(t)
+	publishNumbered(t, ps, topic, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, cfg.DSN)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `ANALYZE `+pgx.Identifier{cfg.Schema, postgres.DefaultTablePrefix + topic}.Sanitize())
+	require.NoError(t, err)
+
+	defaults, err := postgres.ExplainClaim(ctx, ps, topic, 10, false)
+	require.NoError(t, err)
+	assert.Contains(t, defaults, "Seq Scan", "what the planner's defaults make of a small table")
+	consuming, err := postgres.ExplainClaim(ctx, ps, topic, 10, true)
+	require.NoError(t, err)
+	assert.NotContains(t, consuming, "Seq Scan", "the consuming pool's plan:\n%s", consuming)
+}
