@@ -20,6 +20,12 @@ import (
 // rowsLeft counts the rows of topic's table.
 func rowsLeft(t *testing.T, cfg postgres.Config, topic string) int {
 	t.Helper()
+	return countRows(t, cfg, topic, "true")
+}
+
+// countRows counts the rows of topic's table that match where.
+func countRows(t *testing.T, cfg postgres.Config, topic, where string) int {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, cfg.DSN)
@@ -27,7 +33,7 @@ func rowsLeft(t *testing.T, cfg postgres.Config, topic string) int {
 	defer conn.Close(ctx)
 	var n int
 	table := pgx.Identifier{cfg.Schema, postgres.DefaultTablePrefix + topic}.Sanitize()
-	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&n))
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM `+table+` WHERE `+where).Scan(&n))
 	return n
 }
 

@@ -20,15 +20,7 @@ import (
 // leasedRows counts topic's rows claimed and still leased.
 func leasedRows(t *testing.T, cfg postgres.Config, topic string) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, cfg.DSN)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	var n int
-	table := pgx.Identifier{cfg.Schema, postgres.DefaultTablePrefix + topic}.Sanitize()
-	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM `+table+` WHERE claimed_until > now()`).Scan(&n))
-	return n
+	return countRows(t, cfg, topic, "claimed_until > now()")
 }
 
 // A busy queue is claimed by Workers loops, each holding a claim of its
