@@ -57,9 +57,9 @@ func (p *Postgres) Close() { p.holder.close() }
 // makes the server skip effect's statements (they return
 // dbtx.ErrHeldFailed) and Process returns failure.Duplicate whatever effect
 // returned (an effect that fails before its first statement has the marker
-// sent on its own first); nothing of effect commits. What effect does before its first
-// statement runs for a duplicate too: an effect is its statements (a read,
-// such as fetching the document to record, may come first). Inside a
+// sent on its own first); nothing of effect commits. What effect does before
+// its first statement runs for a duplicate too: an effect is its statements
+// (a read, such as fetching the document to record, may come first). Inside a
 // caller's transaction the marker is its own statement, answered before
 // effect runs, so that a duplicate is known before the caller commits.
 func (p *Postgres) Process(ctx context.Context, consumer, messageID string, effect func(ctx context.Context) error) (err error) {
@@ -89,9 +89,6 @@ func (p *Postgres) Process(ctx context.Context, consumer, messageID string, effe
 				// may be gone. One round trip, on the error path only.
 				_ = ptx.Flush(ctx)
 			}
-			if merr := markerFailure(marker, consumer, messageID); merr != nil {
-				return merr
-			}
 			return err
 		}
 		_, err := tx.Exec(ctx, insert, consumer, messageID)
@@ -101,21 +98,14 @@ func (p *Postgres) Process(ctx context.Context, consumer, messageID string, effe
 		return effect(ctx)
 	})
 	if marker != nil {
-		// Sent with COMMIT when effect ran no statement.
-		if merr := markerFailure(marker, consumer, messageID); merr != nil {
-			return merr
+		// Sent with effect's first statement, on its own, or with COMMIT:
+		// when it failed, that is Process's answer, whatever effect or the
+		// commit returned.
+		if sent, merr := marker.Outcome(); sent && merr != nil {
+			return markError(merr, consumer, messageID)
 		}
 	}
 	return err
-}
-
-// markerFailure is the error of a marker held for effect's first statement,
-// once sent and failed: failure.Duplicate for a unique violation.
-func markerFailure(marker *dbtx.Held, consumer, messageID string) error {
-	if sent, err := marker.Outcome(); sent {
-		return markError(err, consumer, messageID)
-	}
-	return nil
 }
 
 // markError is the error of the marker's INSERT: failure.Duplicate for a

@@ -130,11 +130,12 @@ type subscription struct {
 	msgBase context.Context
 	// timer serves every claim's work in turn.
 	timer *time.Timer
-	// concurrency is how many messages this loop hands out unsettled at
-	// once: its share of broker.ConcurrencyWithin of the subscription's
-	// context.
+	// concurrency is how many messages the subscription hands out
+	// unsettled at once, broker.ConcurrencyWithin of its context: one loop
+	// may use all of it, slots keeping the loops within it together.
 	concurrency int
-	// idle parks the loops an idle queue does not need (nil: one loop).
+	// idle parks the loops an idle queue does not need (nil: a loop of its
+	// own, the batch reader's).
 	idle *broker.IdleLoops
 	// slots holds a token per message handed out and not yet settled (or
 	// about to be offered), shared by the subscription's loops: they hand
@@ -556,9 +557,9 @@ func (sub *subscription) work(ctx context.Context, h *held) (stalled bool) {
 			if !heartbeat.IsZero() && !now.Before(heartbeat) {
 				due := renewAt()
 				retryAt, checkAt = sub.heartbeat(h, now, !due.IsZero() && !now.Before(due))
-				if offer != nil && len(h.rows) == 0 {
-					// The rows were given back (a handler past its
-					// deadline) or lost, the one on offer with them.
+				if offer != nil && (len(h.rows) == 0 || h.rows[0].offset != offer.row.offset) {
+					// The row on offer was given back (a handler past its
+					// deadline) or lost to another subscriber.
 					dropOffer()
 				}
 			}
