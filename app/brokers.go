@@ -80,7 +80,16 @@ func newBroker(ctx context.Context, cfg config.Config, logger *slog.Logger, db *
 func newAdapter(ctx context.Context, cfg config.Config, instance string, db *pgxpool.Pool, logger watermill.LoggerAdapter) (broker.PubSub, error) {
 	switch cfg.Broker.Kind {
 	case config.KindMemory:
-		return memory.New(memory.Config{OutputBuffer: int64(cfg.Memory.OutputBuffer)}, logger)
+		top, err := SpecTopology(cfg)
+		if err != nil {
+			return nil, backoff.Permanent(err)
+		}
+		return memory.New(memory.Config{
+			OutputBuffer:  int64(cfg.Memory.OutputBuffer),
+			Prefetch:      cfg.Memory.Prefetch,
+			QueuePrefetch: batchSizes(top),
+			OrderedQueues: orderedQueues(top),
+		}, logger)
 	case config.KindRabbitMQ:
 		top, err := SpecTopology(cfg)
 		if err != nil {

@@ -458,6 +458,12 @@ type Memory struct {
 	// before its queue grows; publishing never blocks. Default 256; at least
 	// 1.
 	OutputBuffer int `yaml:"output_buffer" env:"OUTPUT_BUFFER" doc:"Messages each subscription has room for before its queue grows; publishing never blocks (at least 1)."`
+	// Prefetch is the most messages each subscription hands out before the
+	// first of them is settled: a route's concurrency unless the route, its
+	// queue's batch_size in the topology or serve.max_concurrency says
+	// less. FIFO queues are handled one message at a time. Default 16;
+	// 1..65535.
+	Prefetch int `yaml:"prefetch" env:"PREFETCH" doc:"Messages each subscription hands out before the first is settled (a route's default concurrency; a queue's topology batch_size overrides it; FIFO queues one at a time), 1..65535."`
 }
 
 // RabbitMQ configures the RabbitMQ broker.
@@ -621,8 +627,8 @@ type Serve struct {
 	// MaxConcurrency caps how many messages one route handles at once.
 	// Default 0: no cap, each route handles as many as its broker holds
 	// unsettled for it (the queue's batch_size in its topology, else
-	// rabbitmq.prefetch, sqs.batch_size × sqs.workers, postgres' claim
-	// batch), or fewer where the route's code says so. Ordered (FIFO)
+	// memory.prefetch, rabbitmq.prefetch, sqs.batch_size × sqs.workers,
+	// postgres' claim batch), or fewer where the route's code says so. Ordered (FIFO)
 	// queues handle one message at a time per group whatever it says; 1
 	// handles every queue one message at a time. At least 0.
 	MaxConcurrency int `yaml:"max_concurrency" env:"MAX_CONCURRENCY" doc:"Most messages one route handles at once; 0 lets each route take as many as its broker holds for it (the queue's topology batch_size, else the broker's prefetch/batch). FIFO queues stay one at a time per group."`
@@ -667,7 +673,7 @@ type Telemetry struct {
 func Defaults() Config {
 	return Config{
 		Broker: Broker{Kind: KindMemory},
-		Memory: Memory{OutputBuffer: 256},
+		Memory: Memory{OutputBuffer: 256, Prefetch: 16},
 		RabbitMQ: RabbitMQ{
 			URL:               "amqp://guest:guest@127.0.0.1:5672/",
 			Prefetch:          100,

@@ -53,5 +53,5 @@ func ExampleEnvVars() {
 	// Output:
 	// EVENTPIPE_BROKER_KIND          string   default "memory"
 	// EVENTPIPE_MEMORY_OUTPUT_BUFFER int      default "256"
-	// EVENTPIPE_RABBITMQ_URL         string   default "amqp://guest:guest@127.0.0.1:5672/"
+	// EVENTPIPE_MEMORY_PREFETCH      int      default "16"
 }

@@ -111,6 +111,7 @@ func (c Config) Validate() error {
 	}
 
 	atLeast(&ps, "memory.output_buffer", c.Memory.OutputBuffer, 1)
+	inRange(&ps, "memory.prefetch", c.Memory.Prefetch, 1, maxPrefetch)
 
 	if c.Broker.Kind == KindRabbitMQ {
 		checkURL(&ps, "rabbitmq.url", c.RabbitMQ.URL, amqpURL)

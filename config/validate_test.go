@@ -226,6 +226,7 @@ func TestValidate(t *testing.T) {
 			name: "every duration and count at once",
 			modify: func(c *config.Config) {
 				c.Memory.OutputBuffer = 0
+				c.Memory.Prefetch = 0
 				c.Postgres.MaxConns = -1
 				c.Postgres.PollInterval = 0
 				c.Log.Level = "verbose"
@@ -236,6 +237,7 @@ func TestValidate(t *testing.T) {
 			},
 			want: []config.Problem{
 				{Path: "memory.output_buffer", Message: "must be at least 1, got 0"},
+				{Path: "memory.prefetch", Message: "0 is out of range 1..65535"},
 				{Path: "postgres.max_conns", Message: "must be at least 1, got -1"},
 				{Path: "postgres.poll_interval", Message: "must be more than 0s, got 0s"},
 				{Path: "log.level", Message: `"verbose" is not one of debug, info, warn, error`},

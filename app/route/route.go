@@ -61,8 +61,8 @@ type Route struct {
 	// consumer: the queue's batch size in its topology (RabbitMQ's prefetch,
 	// SQS's receive batches, a Postgres claim), else the broker's prefetch
 	// or batch size. 1 handles one message at a time. Ordered (FIFO) queues
-	// are handled one message at a time per group whatever it says, and the
-	// in-memory broker always hands out one at a time.
+	// are handled one message at a time per group (on the in-memory broker,
+	// one at a time) whatever it says.
 	Concurrency int
 }
 

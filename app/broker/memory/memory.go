@@ -8,14 +8,18 @@
 // so the default keeps no history and so no unbounded memory. Publishing
 // never waits for a consumer.
 //
-// Each subscription hands out one message at a time, in publish order, the
-// next once that one is acked or nacked; a nacked message goes behind the
-// ones already queued (as a queue's failed message waits out its visibility
-// timeout while the others go on) and comes back with its attempt count
-// (metadata.AttemptKey). One goroutine per subscription does all of it.
-// GoChannel started two goroutines per message and subscriber, and counting
-// attempts on top of it took a relay goroutine and a hand-off per message
-// more.
+// Each subscription hands out its messages in publish order, one at a time
+// (the next once that one is acked or nacked) unless it was started with
+// broker.WithConcurrency: then up to that many at once, bounded by the
+// queue's prefetch (Config.Prefetch, Config.QueuePrefetch), and one at a
+// time on an ordered queue (Config.OrderedQueues) whatever it asks. A
+// nacked message goes behind the ones already queued (as a queue's failed
+// message waits out its visibility timeout while the others go on) and comes
+// back with its attempt count (metadata.AttemptKey). One goroutine per
+// message the subscription may hold unsettled does all of it (decision
+// 0043). GoChannel started two goroutines per message and subscriber, and
+// counting attempts on top of it took a relay goroutine and a hand-off per
+// message more.
 package memory
 
 import (
@@ -25,6 +29,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -42,20 +47,60 @@ type Config struct {
 	// Persistent keeps every published message so that later subscribers get
 	// it too. It grows without bound: for tests, not for long runs.
 	Persistent bool
+	// Prefetch is the most messages a subscription hands out before the
+	// first of them is settled, when it asks for concurrency
+	// (broker.WithConcurrency): a route's default concurrency. Default
+	// DefaultPrefetch.
+	Prefetch int
+	// QueuePrefetch overrides Prefetch per topic (a queue's batch size in
+	// the topology).
+	QueuePrefetch map[string]int
+	// OrderedQueues are the FIFO queues (topic → true): their subscriptions
+	// hand out one message at a time whatever concurrency they ask for, so
+	// they are handled in publish order.
+	OrderedQueues map[string]bool
 }
+
+// DefaultPrefetch is Config.Prefetch's default.
+const DefaultPrefetch = 16
 
 func (c *Config) setDefaults() {
 	if c.OutputBuffer == 0 {
 		c.OutputBuffer = 256
 	}
+	if c.Prefetch == 0 {
+		c.Prefetch = DefaultPrefetch
+	}
 }
 
 // Validate reports every problem with the configuration.
 func (c Config) Validate() error {
+	var errs []error
 	if c.OutputBuffer < 0 {
-		return errors.New("memory: output buffer must not be negative")
+		errs = append(errs, errors.New("memory: output buffer must not be negative"))
 	}
-	return nil
+	if c.Prefetch < 0 {
+		errs = append(errs, errors.New("memory: prefetch must not be negative"))
+	}
+	for topic, n := range c.QueuePrefetch {
+		if n < 1 {
+			errs = append(errs, fmt.Errorf("memory: prefetch of %s must be at least 1", topic))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// concurrency is how many messages a subscription to topic started with ctx
+// hands out before the first is settled.
+func (c Config) concurrency(ctx context.Context, topic string) int {
+	if c.OrderedQueues[topic] {
+		return 1
+	}
+	bound := c.Prefetch
+	if n := c.QueuePrefetch[topic]; n > 0 {
+		bound = n
+	}
+	return broker.ConcurrencyWithin(ctx, bound)
 }
 
 // ErrClosed is returned by Publish and Subscribe after Close.
@@ -144,8 +189,11 @@ func (p *PubSub) Publish(topicName string, msgs ...*message.Message) error {
 // channel closes. Every delivered message carries metadata.AttemptKey — how
 // often this subscription was given the message before — and, on a
 // redelivery, metadata.FirstFailureKey: when it was first nacked. Its context
-// is ctx's, cancelled once the delivery is acked or nacked.
+// is ctx's, cancelled once the delivery is acked or nacked. ctx's
+// concurrency (broker.WithConcurrency) is how many messages it hands out
+// before the first is settled; without it, one.
 func (p *PubSub) Subscribe(ctx context.Context, topicName string) (<-chan *message.Message, error) {
+	n := p.cfg.concurrency(ctx, topicName)
 	s := &subscription{wake: make(chan struct{}, 1), queue: make([]pending, 0, p.cfg.OutputBuffer)}
 	p.mu.Lock()
 	if p.closed {
@@ -159,16 +207,24 @@ func (p *PubSub) Subscribe(ctx context.Context, topicName string) (<-chan *messa
 	}
 	s.push(t.history)
 	t.subs = append(t.subs, s)
-	p.running.Add(1)
+	p.running.Add(n)
 	p.mu.Unlock()
 
+	// n goroutines hand out the queue, each one message at a time; the last
+	// to stop unsubscribes and closes the channel.
 	out := make(chan *message.Message)
-	go func() {
-		defer p.running.Done()
-		defer close(out)
-		defer p.unsubscribe(topicName, s)
-		s.run(ctx, p.closing, out)
-	}()
+	var left atomic.Int64
+	left.Store(int64(n))
+	for range n {
+		go func() {
+			defer p.running.Done()
+			s.run(ctx, p.closing, out)
+			if left.Add(-1) == 0 {
+				p.unsubscribe(topicName, s)
+				close(out)
+			}
+		}()
+	}
 	return out, nil
 }
 
@@ -204,8 +260,8 @@ func (p *PubSub) Close() error {
 // Ping always succeeds: the broker lives in this process.
 func (p *PubSub) Ping(context.Context) error { return nil }
 
-// subscription is one subscriber's queue of messages and the goroutine that
-// hands them out (run).
+// subscription is one subscriber's queue of messages and the goroutines
+// that hand them out (run).
 type subscription struct {
 	mu sync.Mutex
 	// queue[head:] are the queued messages. The slots before head are
@@ -214,7 +270,8 @@ type subscription struct {
 	// keeps up allocates nothing per message.
 	queue []pending
 	head  int
-	// wake has room for one signal: something was queued.
+	// wake has room for one signal: something was queued. A goroutine that
+	// takes a message and leaves more queued passes the signal on.
 	wake chan struct{}
 }
 
@@ -280,24 +337,31 @@ func (s *subscription) signal() {
 	}
 }
 
-// pop returns the next queued message; ok is false when there is none.
+// pop returns the next queued message; ok is false when there is none. When
+// more are queued it signals wake, for another of the subscription's
+// goroutines.
 func (s *subscription) pop() (p pending, ok bool) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.head == len(s.queue) {
+		s.mu.Unlock()
 		return pending{}, false
 	}
 	p = s.queue[s.head]
 	s.queue[s.head] = pending{}
 	s.head++
-	if s.head == len(s.queue) {
+	more := s.head < len(s.queue)
+	if !more {
 		s.queue, s.head = s.queue[:0], 0
+	}
+	s.mu.Unlock()
+	if more {
+		s.signal()
 	}
 	return p, true
 }
 
-// run hands out the queued messages one by one until ctx ends or closing
-// closes.
+// run hands out queued messages one at a time, each once the one before is
+// settled, until ctx ends or closing closes.
 func (s *subscription) run(ctx context.Context, closing <-chan struct{}, out chan<- *message.Message) {
 	for {
 		p, ok := s.pop()

@@ -28,6 +28,7 @@ func TestConformance(t *testing.T) {
 			RequireSingleInstance: true,
 		},
 		CompetingConsumers: false,
+		Concurrency:        4,
 	}, func(t *testing.T) broker.PubSub {
 		ps, err := memory.New(memory.Config{Persistent: true, OutputBuffer: 10000}, nil)
 		require.NoError(t, err)
@@ -63,6 +64,123 @@ func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	_, err := memory.New(memory.Config{OutputBuffer: -1}, nil)
 	require.Error(t, err)
+	_, err = memory.New(memory.Config{Prefetch: -1}, nil)
+	require.ErrorContains(t, err, "prefetch must not be negative")
+	_, err = memory.New(memory.Config{QueuePrefetch: map[string]int{"q": 0}}, nil)
+	require.ErrorContains(t, err, "prefetch of q must be at least 1")
+}
+
+// held subscribes to topic asking for concurrency asked (none when < 0),
+// publishes total messages and returns how many the subscription hands out
+// before the first is settled; it acks them all.
+func held(t *testing.T, cfg memory.Config, topic string, asked, total int) int {
+	t.Helper()
+	ps, err := memory.New(cfg, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ps.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if asked >= 0 {
+		ctx = broker.WithConcurrency(ctx, asked)
+	}
+	msgs, err := ps.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	for i := range total {
+		require.NoError(t, ps.Publish(topic, message.NewMessage(strconv.Itoa(i), nil)))
+	}
+	var out []*message.Message
+	for {
+		select {
+		case m := <-msgs:
+			out = append(out, m)
+			continue
+		case <-time.After(200 * time.Millisecond):
+		}
+		break
+	}
+	for _, m := range out {
+		m.Ack()
+	}
+	return len(out)
+}
+
+// A subscription asking for the broker's bound (0) gets the prefetch, the
+// topic's own when it has one; one asking for none gets one at a time; an
+// ordered queue hands out one at a time whatever is asked.
+func TestConcurrencyBounds(t *testing.T) {
+	t.Parallel()
+	cfg := memory.Config{
+		Prefetch:      3,
+		QueuePrefetch: map[string]int{"batched": 5},
+		OrderedQueues: map[string]bool{"ordered.fifo": true},
+	}
+	assert.Equal(t, 3, held(t, cfg, "plain", 0, 10), "the prefetch")
+	assert.Equal(t, 2, held(t, cfg, "plain", 2, 10), "what was asked, below the prefetch")
+	assert.Equal(t, 3, held(t, cfg, "plain", 50, 10), "the prefetch bounds what was asked")
+	assert.Equal(t, 5, held(t, cfg, "batched", 0, 10), "the queue's own prefetch")
+	assert.Equal(t, 1, held(t, cfg, "plain", -1, 10), "none asked: one at a time")
+	assert.Equal(t, 1, held(t, cfg, "ordered.fifo", 0, 10), "an ordered queue: one at a time")
+	assert.Equal(t, memory.DefaultPrefetch, held(t, memory.Config{}, "plain", 0, 40), "the default prefetch")
+}
+
+// Messages handed out at once leave in publish order, and a nacked one comes
+// back behind those queued, with its attempt count, while the others go on.
+func TestConcurrentDeliveriesKeepPublishOrderOfHandOut(t *testing.T) {
+	t.Parallel()
+	ps, err := memory.New(memory.Config{Prefetch: 2}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ps.Close() })
+	ctx, cancel := context.WithCancel(broker.WithConcurrency(context.Background(), 0))
+	defer cancel()
+	msgs, err := ps.Subscribe(ctx, "t")
+	require.NoError(t, err)
+	for i := range 4 {
+		require.NoError(t, ps.Publish("t", message.NewMessage(strconv.Itoa(i), nil)))
+	}
+	a, b := brokertest.Next(t, msgs, 5*time.Second), brokertest.Next(t, msgs, 5*time.Second)
+	assert.ElementsMatch(t, []string{"0", "1"}, []string{a.UUID, b.UUID})
+	zero, one := a, b
+	if a.UUID != "0" {
+		zero, one = b, a
+	}
+	zero.Nack() // 0 waits behind 2 and 3; 1 still held
+	c := brokertest.Next(t, msgs, 5*time.Second)
+	assert.Equal(t, "2", c.UUID)
+	one.Ack()
+	c.Ack()
+	d := brokertest.Next(t, msgs, 5*time.Second)
+	e := brokertest.Next(t, msgs, 5*time.Second)
+	got := map[string]string{d.UUID: d.Metadata.Get(metadata.AttemptKey), e.UUID: e.Metadata.Get(metadata.AttemptKey)}
+	assert.Equal(t, map[string]string{"3": "0", "0": "1"}, got)
+	d.Ack()
+	e.Ack()
+}
+
+// A message handed out and not settled when the broker closes has its
+// context cancelled, and the subscription's channel closes.
+func TestCloseCancelsMessagesInFlight(t *testing.T) {
+	t.Parallel()
+	ps, err := memory.New(memory.Config{}, nil)
+	require.NoError(t, err)
+	msgs, err := ps.Subscribe(broker.WithConcurrency(context.Background(), 0), "t")
+	require.NoError(t, err)
+	require.NoError(t, ps.Publish("t", message.NewMessage("a", nil), message.NewMessage("b", nil)))
+	a, b := brokertest.Next(t, msgs, 5*time.Second), brokertest.Next(t, msgs, 5*time.Second)
+	require.NoError(t, a.Context().Err(), "live before the close")
+	require.NoError(t, ps.Close())
+	for _, m := range []*message.Message{a, b} {
+		select {
+		case <-m.Context().Done():
+		case <-time.After(5 * time.Second):
+			require.FailNow(t, "context not cancelled by the close", m.UUID)
+		}
+	}
+	select {
+	case _, ok := <-msgs:
+		assert.False(t, ok, "channel closed")
+	case <-time.After(5 * time.Second):
+		require.FailNow(t, "channel not closed")
+	}
 }
 
 // Two messages failing on one subscription at the same time each keep their

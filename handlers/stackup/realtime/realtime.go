@@ -82,5 +82,11 @@ func Route(cat catalog.Catalog, top topology.Topology, retry catalog.Retry, vers
 	if err := catalog.AddVersions(c.Handlers, versions); err != nil {
 		return route.Route{}, fmt.Errorf("stackup realtime: %w", err)
 	}
-	return c.Route(), nil
+	r := c.Route()
+	// One at a time, so a session's notifications reach its subscribers in
+	// the order they were published: a follow-up's SESSION_MESSAGE_DELTAs
+	// spell its text in seq order (§5.12). Each takes milliseconds, so the
+	// queue loses little by it.
+	r.Concurrency = 1
+	return r, nil
 }
