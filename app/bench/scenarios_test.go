@@ -69,7 +69,8 @@ type pair struct {
 	// subscriptions cost when idle (Sample.Queues, Goroutines, HeapBytes).
 	idleScenario string
 	// measure, when set, replaces the alternating repetitions of sides: a
-	// figure observed on both sides at once (sides is then empty).
+	// figure observed on both sides at once, or sides taken in turns within
+	// each repetition (sides then only name them, or are empty).
 	measure func(tb testing.TB) []Row
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -110,37 +111,50 @@ func TestWriteCommitsWithTheBusinessRow(t *testing.T) {
 	}
 }
 
+// A row holds the message as given, whether Write had one message (its
+// VALUES statement) or several (unnest).
 func TestWriteStoresTheMessage(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	e := newEnv(t)
-	m1 := message.NewMessage("e1", []byte(`{"a":1}`))
-	m1.Metadata.Set("x-trace-id", "abc")
-	m1.Metadata.Set(outbox.OrderingKeyMetadata, "dispute-7")
-	m2 := message.NewMessage("e2", nil)
-	e.write(t, "domain-events", m1, m2)
+	for _, together := range []bool{true, false} {
+		t.Run(fmt.Sprintf("together=%v", together), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			e := newEnv(t)
+			m1 := message.NewMessage("e1", []byte(`{"a":1}`))
+			m1.Metadata.Set("x-trace-id", "abc \"quoted\" 한글")
+			m1.Metadata.Set(outbox.OrderingKeyMetadata, "dispute-7")
+			m2 := message.NewMessage("e2", nil)
+			if together {
+				e.write(t, "domain-events", m1, m2)
+			} else {
+				e.write(t, "domain-events", m1)
+				e.write(t, "domain-events", m2)
+			}
 
-	var (
-		topic    string
-		payload  []byte
-		metadata []byte
-		key      *string
-		attempts int
-	)
-	require.NoError(t, e.pool.QueryRow(ctx, `SELECT topic, payload, metadata, ordering_key, attempts FROM `+e.q("outbox")+` WHERE event_id = 'e1'`).
-		Scan(&topic, &payload, &metadata, &key, &attempts))
-	assert.Equal(t, "domain-events", topic)
-	assert.JSONEq(t, `{"a":1}`, string(payload))
-	var md map[string]string
-	require.NoError(t, json.Unmarshal(metadata, &md))
-	assert.Equal(t, map[string]string{"x-trace-id": "abc", outbox.OrderingKeyMetadata: "dispute-7"}, md)
-	require.NotNil(t, key)
-	assert.Equal(t, "dispute-7", *key)
-	assert.Equal(t, 0, attempts)
+			var (
+				topic    string
+				payload  []byte
+				metadata []byte
+				key      *string
+				attempts int
+			)
+			require.NoError(t, e.pool.QueryRow(ctx, `SELECT topic, payload, metadata, ordering_key, attempts FROM `+e.q("outbox")+` WHERE event_id = 'e1'`).
+				Scan(&topic, &payload, &metadata, &key, &attempts))
+			assert.Equal(t, "domain-events", topic)
+			assert.JSONEq(t, `{"a":1}`, string(payload))
+			var md map[string]string
+			require.NoError(t, json.Unmarshal(metadata, &md))
+			assert.Equal(t, map[string]string{"x-trace-id": "abc \"quoted\" 한글", outbox.OrderingKeyMetadata: "dispute-7"}, md)
+			require.NotNil(t, key)
+			assert.Equal(t, "dispute-7", *key)
+			assert.Equal(t, 0, attempts)
 
-	require.NoError(t, e.pool.QueryRow(ctx, `SELECT ordering_key, payload FROM `+e.q("outbox")+` WHERE event_id = 'e2'`).Scan(&key, &payload))
-	assert.Nil(t, key)
-	assert.Empty(t, payload)
+			require.NoError(t, e.pool.QueryRow(ctx, `SELECT ordering_key, payload FROM `+e.q("outbox")+` WHERE event_id = 'e2'`).Scan(&key, &payload))
+			assert.Nil(t, key)
+			assert.NotNil(t, payload, "an empty payload is stored empty, not NULL")
+			assert.Empty(t, payload)
+		})
+	}
 }
 
 // The message checks are Write's, whichever the transaction.
