@@ -84,11 +84,14 @@ func (s *settleTracer) carrying(action string) []settleStatement {
 }
 
 // The acks of handlers running at once (broker.WithConcurrency) are applied
-// together, in one statement sent with the next claim.
+// together, in one statement sent with the claim loop's next claim. One loop:
+// with two, each settles the rows it claimed, and how the six rows split
+// between their claims is a race.
 func TestConcurrentAcksSettleInOneStatement(t *testing.T) {
 	t.Parallel()
 	const n = 6
 	cfg := testConfig(t)
+	cfg.Workers = 1
 	ps := newPubSub(t, cfg)
 	tracer := &settleTracer{}
 	postgres.TraceConsuming(t, ps, tracer)
