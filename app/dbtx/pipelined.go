@@ -180,6 +180,17 @@ func (t *PipelinedTx) Flush(ctx context.Context) error {
 	return t.flush(ctx)
 }
 
+// heldOnly returns the statements ExecWithNext holds among ps.
+func heldOnly(ps []pendingStatement) []pendingStatement {
+	var out []pendingStatement
+	for _, p := range ps {
+		if p.held != nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // heldPending reports whether a statement ExecWithNext holds is pending.
 func (s *session) heldPending() bool {
 	return slices.ContainsFunc(s.pending, func(p pendingStatement) bool { return p.held != nil })
@@ -254,12 +265,9 @@ func (s *session) commitHeldBack(ctx context.Context) error {
 	if !s.begun {
 		b.Queue(beginSQL)
 	}
-	var held []pendingStatement
-	for _, p := range s.pending {
-		if p.held != nil {
-			held = append(held, p)
-			b.Queue(p.sql, p.args...)
-		}
+	held := heldOnly(s.pending)
+	for _, p := range held {
+		b.Queue(p.sql, p.args...)
 	}
 	s.pending = nil
 	for _, h := range s.atCommit {
@@ -356,26 +364,18 @@ func (t *PipelinedTx) endSavepoint(ctx context.Context, verb string) error {
 	if i := slices.IndexFunc(s.pending, func(p pendingStatement) bool { return p.sql == name && p.held == nil }); i >= 0 {
 		kept := slices.Clone(s.pending[:i])
 		if !rollback {
-			for _, p := range s.pending[i+1:] {
-				if p.held != nil {
-					kept = append(kept, p)
-				}
-			}
+			kept = append(kept, heldOnly(s.pending[i+1:])...)
 		}
 		s.pending = kept
 		return nil
 	}
 	// Sent: BEGIN was sent with it, and what is still pending are
 	// savepoints begun after it and statements held since.
-	var kept []pendingStatement
-	if !rollback {
-		for _, p := range s.pending {
-			if p.held != nil {
-				kept = append(kept, p)
-			}
-		}
+	if rollback {
+		s.pending = nil
+	} else {
+		s.pending = heldOnly(s.pending)
 	}
-	s.pending = kept
 	if s.broken != nil {
 		return fmt.Errorf("transaction did not begin: %w", s.broken)
 	}

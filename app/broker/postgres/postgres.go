@@ -335,8 +335,6 @@ func New(ctx context.Context, cfg Config, logger watermill.LoggerAdapter) (*PubS
 	// pgx (decision 0041). Without sequential scans the planner takes the
 	// index whatever the statistics said when it planned.
 	consumeCfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
-	consumeCfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
-	consumeCfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
 
 	publishPool, err := pgxpool.NewWithConfig(ctx, publishCfg)
 	if err != nil {
